@@ -1,0 +1,251 @@
+package auth
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/syncmgr/syncmgr/wire"
+)
+
+// Version is the protocol version this package speaks.
+const Version = 1
+
+// NonceSize is the size of each side's challenge nonce.
+const NonceSize = 32
+
+// The role labels bound into each MAC. They differ, so a MAC made in one role
+// is useless in the other (no reflection).
+const (
+	ClientLabel = "syncmgr/1 client"
+	ServerLabel = "syncmgr/1 server"
+)
+
+// MaxLabel is the longest client label the server keeps.
+const MaxLabel = 128
+
+// ErrAuthFailed is returned when the peer did not prove knowledge of the key.
+var ErrAuthFailed = errors.New("authentication failed")
+
+// ErrNoKey is returned when an empty authkey is given.
+var ErrNoKey = errors.New("empty authkey")
+
+// Hello is the server's first message.
+type Hello struct {
+	T        string `msgpack:"t"`
+	Versions []int  `msgpack:"versions"`
+	Nonce    []byte `msgpack:"nonce"`
+	MaxFrame uint32 `msgpack:"max_frame"`
+	Server   string `msgpack:"server"`
+}
+
+// Auth is the client's answer to Hello.
+type Auth struct {
+	T       string `msgpack:"t"`
+	Version int    `msgpack:"version"`
+	Nonce   []byte `msgpack:"nonce"`
+	MAC     []byte `msgpack:"mac"`
+	Session []byte `msgpack:"session,omitempty"`
+	PID     int    `msgpack:"pid,omitempty"`
+	Label   string `msgpack:"label,omitempty"`
+}
+
+// Welcome is the server's answer to a valid Auth.
+type Welcome struct {
+	T       string `msgpack:"t"`
+	MAC     []byte `msgpack:"mac"`
+	Session []byte `msgpack:"session"`
+	Conn    uint64 `msgpack:"conn"`
+	BootID  string `msgpack:"boot_id"`
+	PID     int    `msgpack:"pid"`
+}
+
+// ErrorMsg is the frame sent before closing a connection whose handshake
+// failed.
+type ErrorMsg struct {
+	T       string `msgpack:"t"`
+	Code    string `msgpack:"code"`
+	Message string `msgpack:"message"`
+}
+
+// MAC returns HMAC-SHA256(key, label || a || b).
+func MAC(key []byte, label string, a, b []byte) []byte {
+	h := hmac.New(sha256.New, key)
+	h.Write([]byte(label))
+	h.Write(a)
+	h.Write(b)
+	return h.Sum(nil)
+}
+
+// Nonce returns NonceSize random bytes.
+func Nonce() ([]byte, error) {
+	b := make([]byte, NonceSize)
+	if _, err := rand.Read(b); err != nil {
+		return nil, fmt.Errorf("read random nonce: %w", err)
+	}
+	return b, nil
+}
+
+// ServerConfig says how the server side of a handshake answers.
+type ServerConfig struct {
+	Key      []byte
+	MaxFrame uint32
+	Server   string // informational name and version
+	BootID   string
+	PID      int
+	ConnID   uint64
+}
+
+// Peer is what the server learns about an authenticated client.
+type Peer struct {
+	Version int
+	Session []byte // nil when the client gave none
+	PID     int
+	Label   string
+}
+
+// HandshakeError is a handshake failure the server reports to the client
+// before closing.
+type HandshakeError struct {
+	Code wire.Code
+	Err  error
+}
+
+func (e *HandshakeError) Error() string { return "handshake: " + e.Err.Error() }
+func (e *HandshakeError) Unwrap() error { return e.Err }
+
+// Server runs the server side of the handshake on rw. The caller sets a
+// deadline on the connection. On failure an error frame has been sent (when
+// possible) and the caller should close the connection.
+func Server(rw io.ReadWriter, cfg ServerConfig) (*Peer, error) {
+	if len(cfg.Key) == 0 {
+		return nil, ErrNoKey
+	}
+	ns, err := Nonce()
+	if err != nil {
+		return nil, err
+	}
+	if err := writeMsg(rw, Hello{T: "hello", Versions: []int{Version}, Nonce: ns, MaxFrame: cfg.MaxFrame, Server: cfg.Server}); err != nil {
+		return nil, fmt.Errorf("write hello: %w", err)
+	}
+	fail := func(code wire.Code, err error) (*Peer, error) {
+		_ = writeMsg(rw, ErrorMsg{T: "error", Code: string(code), Message: err.Error()})
+		return nil, &HandshakeError{Code: code, Err: err}
+	}
+	body, err := wire.ReadFrame(rw, wire.HandshakeMaxFrame)
+	if err != nil {
+		if errors.Is(err, wire.ErrFrameTooLarge) || errors.Is(err, wire.ErrEmptyFrame) {
+			return fail(wire.CodeTooLarge, fmt.Errorf("auth frame: %w", err))
+		}
+		return nil, fmt.Errorf("read auth: %w", err)
+	}
+	var a Auth
+	if err := wire.Unmarshal(body, &a); err != nil || a.T != "auth" {
+		return fail(wire.CodeBadRequest, errors.New("expected an auth message"))
+	}
+	if a.Version != Version {
+		return fail(wire.CodeVersion, fmt.Errorf("unsupported protocol version %d (server speaks %d)", a.Version, Version))
+	}
+	if len(a.Nonce) != NonceSize || len(a.Session) > 64 || len(a.Label) > MaxLabel {
+		return fail(wire.CodeBadRequest, errors.New("malformed auth message"))
+	}
+	if !hmac.Equal(a.MAC, MAC(cfg.Key, ClientLabel, ns, a.Nonce)) {
+		return fail(wire.CodeAuthFailed, errors.New("authkey does not match the server's"))
+	}
+	w := Welcome{T: "welcome", MAC: MAC(cfg.Key, ServerLabel, a.Nonce, ns), Session: a.Session,
+		Conn: cfg.ConnID, BootID: cfg.BootID, PID: cfg.PID}
+	if err := writeMsg(rw, w); err != nil {
+		return nil, fmt.Errorf("write welcome: %w", err)
+	}
+	return &Peer{Version: a.Version, Session: a.Session, PID: a.PID, Label: a.Label}, nil
+}
+
+// ClientConfig says what a client presents in the handshake.
+type ClientConfig struct {
+	Key     []byte
+	Session []byte
+	PID     int
+	Label   string
+}
+
+// ServerInfo is what a client learns about the server it authenticated.
+type ServerInfo struct {
+	Version  int
+	Server   string
+	MaxFrame uint32
+	Session  []byte
+	ConnID   uint64
+	BootID   string
+	PID      int
+}
+
+// Client runs the client side of the handshake on rw. It fails with an error
+// wrapping ErrAuthFailed when either side's proof is wrong, and with a
+// *wire.Error for any other error the server reported.
+func Client(rw io.ReadWriter, cfg ClientConfig) (*ServerInfo, error) {
+	if len(cfg.Key) == 0 {
+		return nil, ErrNoKey
+	}
+	body, err := wire.ReadFrame(rw, wire.HandshakeMaxFrame)
+	if err != nil {
+		return nil, fmt.Errorf("read hello: %w", err)
+	}
+	var h Hello
+	if err := wire.Unmarshal(body, &h); err != nil || h.T != "hello" || len(h.Nonce) != NonceSize {
+		return nil, fmt.Errorf("read hello: %w", wire.ErrMalformed)
+	}
+	supported := false
+	for _, v := range h.Versions {
+		supported = supported || v == Version
+	}
+	if !supported {
+		return nil, &wire.Error{Code: wire.CodeVersion, Message: fmt.Sprintf("server speaks versions %v, client %d", h.Versions, Version)}
+	}
+	nc, err := Nonce()
+	if err != nil {
+		return nil, err
+	}
+	a := Auth{T: "auth", Version: Version, Nonce: nc, MAC: MAC(cfg.Key, ClientLabel, h.Nonce, nc),
+		Session: cfg.Session, PID: cfg.PID, Label: cfg.Label}
+	if err := writeMsg(rw, a); err != nil {
+		return nil, fmt.Errorf("write auth: %w", err)
+	}
+	body, err = wire.ReadFrame(rw, wire.HandshakeMaxFrame)
+	if err != nil {
+		return nil, fmt.Errorf("read welcome: %w", err)
+	}
+	var probe struct {
+		T string `msgpack:"t"`
+	}
+	if err := wire.Unmarshal(body, &probe); err != nil {
+		return nil, fmt.Errorf("read welcome: %w", err)
+	}
+	if probe.T == "error" {
+		var em ErrorMsg
+		_ = wire.Unmarshal(body, &em)
+		if em.Code == string(wire.CodeAuthFailed) {
+			return nil, fmt.Errorf("%w: server says: %s", ErrAuthFailed, em.Message)
+		}
+		return nil, &wire.Error{Code: wire.Code(em.Code), Message: em.Message}
+	}
+	var w Welcome
+	if err := wire.Unmarshal(body, &w); err != nil || w.T != "welcome" {
+		return nil, fmt.Errorf("read welcome: %w", wire.ErrMalformed)
+	}
+	if !hmac.Equal(w.MAC, MAC(cfg.Key, ServerLabel, nc, h.Nonce)) {
+		return nil, fmt.Errorf("%w: the server did not prove it knows the key", ErrAuthFailed)
+	}
+	return &ServerInfo{Version: Version, Server: h.Server, MaxFrame: h.MaxFrame, Session: w.Session,
+		ConnID: w.Conn, BootID: w.BootID, PID: w.PID}, nil
+}
+
+func writeMsg(w io.Writer, v any) error {
+	b, err := wire.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return wire.WriteFrame(w, b)
+}

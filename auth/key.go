@@ -1,0 +1,80 @@
+package auth
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+)
+
+// EnvKey is the environment variable holding the authkey as hex.
+const EnvKey = "SYNCMGR_AUTHKEY"
+
+// EnvKeyFile is the environment variable naming a file holding the key as hex.
+const EnvKeyFile = "SYNCMGR_AUTHKEY_FILE"
+
+// KeySize is the size of keys made by NewKey.
+const KeySize = 32
+
+// ErrBadKey is returned for a key that is not valid hex. The message never
+// includes the key itself.
+var ErrBadKey = errors.New("authkey must be non-empty hex (make one with `syncmgr keygen`)")
+
+// NewKey returns KeySize random bytes.
+func NewKey() ([]byte, error) {
+	k := make([]byte, KeySize)
+	if _, err := rand.Read(k); err != nil {
+		return nil, fmt.Errorf("read random key: %w", err)
+	}
+	return k, nil
+}
+
+// ParseKey decodes a hex key, ignoring surrounding white space.
+func ParseKey(s string) ([]byte, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return nil, ErrBadKey
+	}
+	k, err := hex.DecodeString(s)
+	if err != nil {
+		return nil, ErrBadKey
+	}
+	return k, nil
+}
+
+// ReadKeyFile reads a hex key from a file.
+func ReadKeyFile(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read authkey file: %w", err)
+	}
+	k, err := ParseKey(string(b))
+	if err != nil {
+		return nil, fmt.Errorf("authkey file %s: %w", path, err)
+	}
+	return k, nil
+}
+
+// LoadKey finds the authkey: the file if one is named, else $SYNCMGR_AUTHKEY,
+// else the file named by $SYNCMGR_AUTHKEY_FILE. found is false when none is
+// set.
+func LoadKey(file string) (key []byte, found bool, err error) {
+	if file != "" {
+		k, err := ReadKeyFile(file)
+		return k, true, err
+	}
+	if s, ok := os.LookupEnv(EnvKey); ok {
+		k, err := ParseKey(s)
+		if err != nil {
+			return nil, true, fmt.Errorf("$%s: %w", EnvKey, err)
+		}
+		return k, true, nil
+	}
+	if f := os.Getenv(EnvKeyFile); f != "" {
+		k, err := ReadKeyFile(f)
+		return k, true, err
+	}
+	return nil, false, nil
+}

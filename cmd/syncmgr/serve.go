@@ -1,0 +1,183 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/syncmgr/syncmgr/auth"
+	"github.com/syncmgr/syncmgr/manager"
+	"github.com/syncmgr/syncmgr/server"
+	"github.com/syncmgr/syncmgr/wire"
+)
+
+const version = server.Version
+
+func runServe(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	def := manager.DefaultConfig()
+	var (
+		socket        = fs.String("socket", server.DefaultSocketPath(), "Unix socket path (\"\" or \"none\" to disable)")
+		tcpAddr       = fs.String("tcp", "", "also listen on TCP HOST:PORT (off by default; unencrypted unless --tls-cert is given)")
+		keyFile       = fs.String("authkey-file", "", "file holding the authkey as hex (default: $SYNCMGR_AUTHKEY, then $SYNCMGR_AUTHKEY_FILE)")
+		logLevel      = fs.String("log-level", "info", "log level: debug, info, warn, error")
+		logFormat     = fs.String("log-format", "console", "log format: console or json")
+		maxFrame      = fs.Int("max-frame", wire.DefaultMaxFrame, "largest message in bytes")
+		tlsCert       = fs.String("tls-cert", "", "TLS certificate (PEM) for --tcp")
+		tlsKey        = fs.String("tls-key", "", "TLS private key (PEM) for --tcp")
+		allowOthers   = fs.Bool("allow-other-users", false, "accept Unix-socket clients running as another user (they still need the key)")
+		shareGrace    = fs.Duration("share-grace", def.ShareGrace, "how long a shared (pickled) anonymous object outlives its last reference")
+		maxPerClient  = fs.Int("max-objects-per-client", def.MaxObjectsPerSession, "objects one client may create")
+		maxObjects    = fs.Int("max-objects", def.MaxObjects, "objects the daemon holds at most")
+		maxQueue      = fs.Int64("max-queue", def.MaxQueue, "largest queue maxsize")
+		maxConns      = fs.Int("max-conns", 8192, "authenticated connections at once")
+		maxUnauth     = fs.Int("max-handshakes", 128, "connections in the handshake at once")
+		hsTimeout     = fs.Duration("handshake-timeout", 5*time.Second, "deadline on a connection's handshake")
+		parentPID     = fs.Int("exit-with-parent", 0, "shut down when the process with this pid is no longer our parent")
+		shutdownGrace = fs.Duration("shutdown-timeout", 10*time.Second, "how long a graceful shutdown may take")
+	)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: syncmgr serve [flags]\n\nRun the daemon. The authkey comes from --authkey-file, $SYNCMGR_AUTHKEY (hex)\nor the file named by $SYNCMGR_AUTHKEY_FILE; make one with 'syncmgr keygen'.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	log, err := newLogger(*logLevel, *logFormat)
+	if err != nil {
+		return err
+	}
+	key, found, err := auth.LoadKey(*keyFile)
+	if err != nil {
+		return err
+	}
+	if !found {
+		return fmt.Errorf("%w: no authkey: set SYNCMGR_AUTHKEY to a hex key or pass --authkey-file; make one with:\n  export SYNCMGR_AUTHKEY=$(syncmgr keygen)", errUsage)
+	}
+	if *maxFrame < 1024 || *maxFrame > 1<<30 {
+		return fmt.Errorf("%w: --max-frame must be between 1024 and 1 GiB", errUsage)
+	}
+	mcfg := manager.Config{ShareGrace: *shareGrace, MaxObjectsPerSession: *maxPerClient, MaxObjects: *maxObjects, MaxQueue: *maxQueue}
+	srv, err := server.New(server.Config{Key: key, MaxFrame: uint32(*maxFrame), HandshakeTimeout: *hsTimeout,
+		MaxUnauthenticated: *maxUnauth, MaxConns: *maxConns, AllowOtherUsers: *allowOthers, Logger: log}, manager.New(mcfg))
+	if err != nil {
+		return err
+	}
+
+	var lns []net.Listener
+	closeAll := func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}
+	if *socket != "" && *socket != "none" {
+		ln, err := server.ListenUnix(*socket)
+		if err != nil {
+			return err
+		}
+		lns = append(lns, ln)
+		log.Info().Str("socket", *socket).Msg("listening")
+	}
+	if *tcpAddr != "" {
+		var tcfg *tls.Config
+		if *tlsCert != "" || *tlsKey != "" {
+			cert, err := tls.LoadX509KeyPair(*tlsCert, *tlsKey)
+			if err != nil {
+				closeAll()
+				return fmt.Errorf("load tls key pair: %w", err)
+			}
+			tcfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		}
+		ln, err := server.ListenTCP(*tcpAddr, tcfg)
+		if err != nil {
+			closeAll()
+			return err
+		}
+		lns = append(lns, ln)
+		ev := log.Info()
+		if tcfg == nil {
+			ev = log.Warn().Str("security", "traffic on this port is authenticated but NOT encrypted; use --tls-cert/--tls-key across untrusted networks")
+		}
+		ev.Str("tcp", ln.Addr().String()).Bool("tls", tcfg != nil).Msg("listening")
+	}
+	if len(lns) == 0 {
+		return fmt.Errorf("%w: nothing to listen on: give --socket or --tcp", errUsage)
+	}
+
+	errc := make(chan error, len(lns))
+	for _, ln := range lns {
+		go func(ln net.Listener) { errc <- srv.Serve(ln) }(ln)
+	}
+	if *parentPID > 0 {
+		go watchParent(ctx, *parentPID, errc)
+	}
+	log.Info().Str("version", version).Int("pid", os.Getpid()).Msg("syncmgr ready")
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		log.Info().Msg("signal received; shutting down")
+	case serveErr = <-errc:
+		if serveErr != nil {
+			log.Error().Err(serveErr).Msg("listener failed; shutting down")
+		}
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), *shutdownGrace)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Warn().Err(err).Msg("shutdown incomplete")
+	}
+	closeAll()
+	log.Info().Msg("stopped")
+	return serveErr
+}
+
+// watchParent reports on errc (with a nil error) once pid is no longer our
+// parent, so an embedded daemon does not outlive the program that started it.
+func watchParent(ctx context.Context, pid int, errc chan<- error) {
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if os.Getppid() != pid {
+				errc <- nil
+				return
+			}
+		}
+	}
+}
+
+func newLogger(level, format string) (zerolog.Logger, error) {
+	lvl, err := zerolog.ParseLevel(strings.ToLower(level))
+	if err != nil || level == "" {
+		return zerolog.Logger{}, fmt.Errorf("%w: --log-level must be debug, info, warn or error", errUsage)
+	}
+	var log zerolog.Logger
+	switch format {
+	case "json":
+		log = zerolog.New(os.Stderr)
+	case "console":
+		fi, _ := os.Stderr.Stat()
+		tty := fi != nil && fi.Mode()&os.ModeCharDevice != 0
+		log = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.TimeOnly, NoColor: !tty})
+	default:
+		return zerolog.Logger{}, fmt.Errorf("%w: --log-format must be console or json", errUsage)
+	}
+	return log.Level(lvl).With().Timestamp().Logger(), nil
+}

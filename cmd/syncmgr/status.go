@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/syncmgr/syncmgr/auth"
+	"github.com/syncmgr/syncmgr/proxy"
+	"github.com/syncmgr/syncmgr/server"
+)
+
+func runStatus(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	addr := fs.String("address", defaultAddress(), "daemon address: a socket path or tcp://host:port (default $SYNCMGR_ADDRESS)")
+	keyFile := fs.String("authkey-file", "", "file holding the authkey as hex (default $SYNCMGR_AUTHKEY)")
+	limit := fs.Int("limit", 1000, "list at most this many objects")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	key, found, err := auth.LoadKey(*keyFile)
+	if err != nil {
+		return err
+	}
+	if !found {
+		return fmt.Errorf("%w: no authkey: set SYNCMGR_AUTHKEY or pass --authkey-file", errUsage)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	c, err := proxy.Dial(ctx, *addr, key, proxy.WithLabel("syncmgr status"))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	res, err := c.Call(ctx, "status", map[string]any{"limit": *limit}, nil)
+	if err != nil {
+		return fmt.Errorf("status: %w", err)
+	}
+	st, _ := res.(map[string]any)
+	srv, _ := st["server"].(map[string]any)
+	fmt.Printf("syncmgr %v  pid %v  up %.0fs  %v connections  %v objects  %v sessions\n\n",
+		srv["version"], srv["pid"], srv["uptime"], srv["connections"], srv["objects"], srv["sessions"])
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "KIND\tNAME\tSTATE\tWAITERS\tREFS")
+	for _, o := range list(st["objects"]) {
+		fmt.Fprintf(w, "%v\t%v\t%v\t%v\t%v\n", o["kind"], o["name"], o["state"], o["waiters"], o["refs"])
+	}
+	w.Flush()
+	if n, _ := srv["objects_omitted"].(int64); n > 0 {
+		fmt.Printf("(%d more objects not listed; see --limit)\n", n)
+	}
+	fmt.Println()
+	w = tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "SESSION\tPID\tCONNS\tHOLDS\tLABEL")
+	for _, s := range list(st["sessions"]) {
+		fmt.Fprintf(w, "%v\t%v\t%v\t%v\t%v\n", s["id"], s["pid"], s["conns"], s["holds"], s["label"])
+	}
+	return w.Flush()
+}
+
+func list(x any) []map[string]any {
+	xs, _ := x.([]any)
+	out := make([]map[string]any, 0, len(xs))
+	for _, v := range xs {
+		if m, ok := v.(map[string]any); ok {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func defaultAddress() string {
+	if a := os.Getenv("SYNCMGR_ADDRESS"); a != "" {
+		return a
+	}
+	return server.DefaultSocketPath()
+}

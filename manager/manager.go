@@ -1,0 +1,515 @@
+package manager
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Kind names a type of shared object; the strings are the wire names.
+type Kind string
+
+// The kinds of objects.
+const (
+	KindLock             Kind = "lock"
+	KindRLock            Kind = "rlock"
+	KindSemaphore        Kind = "semaphore"
+	KindBoundedSemaphore Kind = "bounded_semaphore"
+	KindEvent            Kind = "event"
+	KindValue            Kind = "value"
+	KindQueue            Kind = "queue"
+)
+
+// Object is implemented by every shared object.
+type Object interface {
+	Name() string
+	Kind() Kind
+	// Describe reports the object's state for status listings.
+	Describe() (state string, waiters int)
+	// fail wakes every waiter with err and makes later blocking calls fail.
+	fail(err error)
+}
+
+// holder is an object in which a session can hold something (a lock, units)
+// that must be given back when the session ends.
+type holder interface {
+	releaseSession(s *Session)
+}
+
+// Params are the creation parameters of an object; each kind reads its own.
+type Params struct {
+	Value    int64  // Semaphore, BoundedSemaphore: initial value
+	Typecode string // Value
+	Initial  any    // Value: initial value, as carried on the wire
+	MaxSize  int64  // Queue: <= 0 means unbounded
+}
+
+// Config sets the manager's limits.
+type Config struct {
+	// ShareGrace is how long an anonymous object that was shared (e.g.
+	// pickled) outlives its last reference.
+	ShareGrace time.Duration
+	// MaxObjectsPerSession caps the live objects one session has created.
+	MaxObjectsPerSession int
+	// MaxObjects caps the objects in the manager.
+	MaxObjects int
+	// MaxQueue caps a queue's maxsize.
+	MaxQueue int64
+}
+
+// DefaultConfig returns the daemon's default limits.
+func DefaultConfig() Config {
+	return Config{ShareGrace: 10 * time.Minute, MaxObjectsPerSession: 262144, MaxObjects: 4 << 20, MaxQueue: 1_000_000}
+}
+
+type entry struct {
+	obj     Object
+	anon    bool
+	refs    int  // references held by sessions (anonymous objects)
+	shared  bool // handed to another process: linger for ShareGrace
+	grace   *time.Timer
+	creator *Session
+}
+
+// Manager is the registry of named objects and live sessions.
+type Manager struct {
+	cfg Config
+
+	mu       sync.RWMutex
+	objects  map[string]*entry
+	sessions map[uint64]*Session
+	byKey    map[string]*Session
+	nextID   uint64
+	closed   bool
+}
+
+// New returns an empty manager.
+func New(cfg Config) *Manager {
+	return &Manager{cfg: cfg, objects: make(map[string]*entry), sessions: make(map[uint64]*Session), byKey: make(map[string]*Session)}
+}
+
+// Session is one client: a process with one or more connections. What it
+// holds is released when its last connection closes.
+type Session struct {
+	ID    uint64
+	PID   int
+	Label string
+	key   string
+
+	// guarded by Manager.mu
+	conns   int
+	refs    map[string]int
+	created int
+	ended   bool
+
+	mu    sync.Mutex // leaf lock: taken inside object mutexes
+	holds map[holder]int
+}
+
+func (s *Session) hold(h holder) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	s.holds[h]++
+	s.mu.Unlock()
+}
+
+func (s *Session) unhold(h holder) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	if s.holds[h]--; s.holds[h] <= 0 {
+		delete(s.holds, h)
+	}
+	s.mu.Unlock()
+}
+
+// Holds returns how many holdings the session has (locks and units).
+func (s *Session) Holds() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, c := range s.holds {
+		n += c
+	}
+	return n
+}
+
+// OpenSession registers a connection. Connections presenting the same
+// non-empty key share one session; an empty key makes a session of its own.
+func (m *Manager) OpenSession(key []byte, pid int, label string) (*Session, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, ErrShutdown
+	}
+	if len(key) > 0 {
+		if s, ok := m.byKey[string(key)]; ok {
+			s.conns++
+			return s, nil
+		}
+	}
+	m.nextID++
+	s := &Session{ID: m.nextID, PID: pid, Label: label, key: string(key), conns: 1,
+		refs: make(map[string]int), holds: make(map[holder]int)}
+	m.sessions[s.ID] = s
+	if len(key) > 0 {
+		m.byKey[s.key] = s
+	}
+	return s, nil
+}
+
+// CloseSession unregisters a connection of s. When it was the last one the
+// session ends: its holdings are released and its references dropped.
+// Callers must have finished every blocking call made for that connection.
+func (m *Manager) CloseSession(s *Session) {
+	m.mu.Lock()
+	s.conns--
+	if s.conns > 0 || s.ended {
+		m.mu.Unlock()
+		return
+	}
+	s.ended = true
+	delete(m.sessions, s.ID)
+	if s.key != "" {
+		delete(m.byKey, s.key)
+	}
+	var dead []Object
+	for name, n := range s.refs {
+		if e, ok := m.objects[name]; ok {
+			e.refs -= n
+			if o := m.maybeCollectLocked(name, e); o != nil {
+				dead = append(dead, o)
+			}
+		}
+	}
+	s.refs = nil
+	m.mu.Unlock()
+	for _, o := range dead {
+		o.fail(ErrDeleted)
+	}
+
+	s.mu.Lock()
+	hs := make([]holder, 0, len(s.holds))
+	for h := range s.holds {
+		hs = append(hs, h)
+	}
+	s.mu.Unlock()
+	for _, h := range hs {
+		h.releaseSession(s)
+	}
+}
+
+// maybeCollectLocked deletes an anonymous entry nobody references, or starts
+// its grace timer. It returns the deleted object, to be failed outside m.mu.
+func (m *Manager) maybeCollectLocked(name string, e *entry) Object {
+	if !e.anon || e.refs > 0 || e.grace != nil {
+		return nil
+	}
+	if e.shared && m.cfg.ShareGrace > 0 {
+		e.grace = time.AfterFunc(m.cfg.ShareGrace, func() { m.collectAfterGrace(name, e) })
+		return nil
+	}
+	m.removeLocked(name, e)
+	return e.obj
+}
+
+func (m *Manager) collectAfterGrace(name string, e *entry) {
+	m.mu.Lock()
+	if cur, ok := m.objects[name]; !ok || cur != e || e.refs > 0 || e.grace == nil {
+		m.mu.Unlock()
+		return
+	}
+	m.removeLocked(name, e)
+	m.mu.Unlock()
+	e.obj.fail(ErrDeleted)
+}
+
+func (m *Manager) removeLocked(name string, e *entry) {
+	delete(m.objects, name)
+	if e.grace != nil {
+		e.grace.Stop()
+		e.grace = nil
+	}
+	if e.creator != nil && !e.creator.ended {
+		e.creator.created--
+	}
+}
+
+// Create returns the object called name, creating it when there is none.
+// An empty name creates an anonymous object with a generated name, holding
+// one reference for s.
+func (m *Manager) Create(s *Session, kind Kind, name string, p Params) (obj Object, created bool, err error) {
+	anon := name == ""
+	if anon {
+		name = generateName(kind)
+	} else if err := ValidateName(name); err != nil {
+		return nil, false, err
+	}
+	m.mu.RLock()
+	e, ok := m.objects[name]
+	m.mu.RUnlock()
+	if ok {
+		if e.obj.Kind() != kind {
+			return nil, false, fmt.Errorf("%w: %q is a %s, not a %s", ErrKindMismatch, name, e.obj.Kind(), kind)
+		}
+		return e.obj, false, nil
+	}
+	obj, err = m.newObject(kind, name, p)
+	if err != nil {
+		return nil, false, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, false, ErrShutdown
+	}
+	if e, ok := m.objects[name]; ok { // lost a race with another creator
+		if e.obj.Kind() != kind {
+			return nil, false, fmt.Errorf("%w: %q is a %s, not a %s", ErrKindMismatch, name, e.obj.Kind(), kind)
+		}
+		return e.obj, false, nil
+	}
+	if m.cfg.MaxObjects > 0 && len(m.objects) >= m.cfg.MaxObjects {
+		return nil, false, fmt.Errorf("%w: the server holds %d objects (--max-objects)", ErrLimit, m.cfg.MaxObjects)
+	}
+	if s != nil && m.cfg.MaxObjectsPerSession > 0 && s.created >= m.cfg.MaxObjectsPerSession {
+		return nil, false, fmt.Errorf("%w: this client has created %d objects (--max-objects-per-client)", ErrLimit, s.created)
+	}
+	e = &entry{obj: obj, anon: anon, creator: s}
+	if s != nil {
+		s.created++
+		if anon {
+			e.refs = 1
+			s.refs[name]++
+		}
+	}
+	m.objects[name] = e
+	return obj, true, nil
+}
+
+func (m *Manager) newObject(kind Kind, name string, p Params) (Object, error) {
+	switch kind {
+	case KindLock:
+		return newLock(name), nil
+	case KindRLock:
+		return newRLock(name), nil
+	case KindSemaphore, KindBoundedSemaphore:
+		return newSemaphore(name, p.Value, kind == KindBoundedSemaphore)
+	case KindEvent:
+		return newEvent(name), nil
+	case KindValue:
+		return newValue(name, p.Typecode, p.Initial)
+	case KindQueue:
+		if m.cfg.MaxQueue > 0 && p.MaxSize > m.cfg.MaxQueue {
+			return nil, fmt.Errorf("%w: maxsize %d is over the server's limit of %d (--max-queue)", ErrValue, p.MaxSize, m.cfg.MaxQueue)
+		}
+		return newQueue(name, p.MaxSize), nil
+	default:
+		return nil, fmt.Errorf("%w: unknown kind %q", ErrValue, kind)
+	}
+}
+
+// Lookup returns the object called name, which must be of the given kind.
+func (m *Manager) Lookup(kind Kind, name string) (Object, error) {
+	m.mu.RLock()
+	e, ok := m.objects[name]
+	m.mu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrNoSuchObject, name)
+	}
+	if e.obj.Kind() != kind {
+		return nil, fmt.Errorf("%w: %q is a %s, not a %s", ErrKindMismatch, name, e.obj.Kind(), kind)
+	}
+	return e.obj, nil
+}
+
+// Delete removes an object at once; its waiters fail with ErrDeleted.
+func (m *Manager) Delete(name string) bool {
+	m.mu.Lock()
+	e, ok := m.objects[name]
+	if ok {
+		m.removeLocked(name, e)
+	}
+	m.mu.Unlock()
+	if ok {
+		e.obj.fail(ErrDeleted)
+	}
+	return ok
+}
+
+// Incref adds a reference for s to an anonymous object (no-op for named).
+func (m *Manager) Incref(s *Session, name string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.objects[name]
+	if !ok {
+		return fmt.Errorf("%w: %q", ErrNoSuchObject, name)
+	}
+	if !e.anon || s.ended {
+		return nil
+	}
+	e.refs++
+	s.refs[name]++
+	if e.grace != nil {
+		e.grace.Stop()
+		e.grace = nil
+	}
+	return nil
+}
+
+// Decref drops one of s's references to an anonymous object; the object is
+// deleted (or starts its grace period) when no reference is left.
+func (m *Manager) Decref(s *Session, name string) error {
+	m.mu.Lock()
+	e, ok := m.objects[name]
+	if !ok {
+		m.mu.Unlock()
+		return fmt.Errorf("%w: %q", ErrNoSuchObject, name)
+	}
+	var dead Object
+	if e.anon && s.refs[name] > 0 {
+		if s.refs[name]--; s.refs[name] == 0 {
+			delete(s.refs, name)
+		}
+		e.refs--
+		dead = m.maybeCollectLocked(name, e)
+	}
+	m.mu.Unlock()
+	if dead != nil {
+		dead.fail(ErrDeleted)
+	}
+	return nil
+}
+
+// Share marks an anonymous object as handed to another process, so that it
+// outlives its last reference by the share grace.
+func (m *Manager) Share(name string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.objects[name]
+	if !ok {
+		return fmt.Errorf("%w: %q", ErrNoSuchObject, name)
+	}
+	e.shared = true
+	return nil
+}
+
+// Close shuts the manager down: every waiter fails with ErrShutdown, and so
+// does every later blocking call and creation.
+func (m *Manager) Close() {
+	m.mu.Lock()
+	m.closed = true
+	objs := make([]Object, 0, len(m.objects))
+	for _, e := range m.objects {
+		if e.grace != nil {
+			e.grace.Stop()
+		}
+		objs = append(objs, e.obj)
+	}
+	m.mu.Unlock()
+	for _, o := range objs {
+		o.fail(ErrShutdown)
+	}
+}
+
+// ObjectInfo describes one object for status listings.
+type ObjectInfo struct {
+	Kind      Kind   `msgpack:"kind"`
+	Name      string `msgpack:"name"`
+	State     string `msgpack:"state"`
+	Waiters   int    `msgpack:"waiters"`
+	Refs      int    `msgpack:"refs"`
+	Anonymous bool   `msgpack:"anonymous"`
+}
+
+// SessionInfo describes one session for status listings.
+type SessionInfo struct {
+	ID    uint64 `msgpack:"id"`
+	PID   int    `msgpack:"pid"`
+	Label string `msgpack:"label"`
+	Conns int    `msgpack:"conns"`
+	Holds int    `msgpack:"holds"`
+}
+
+// Count returns the number of objects and sessions.
+func (m *Manager) Count() (objects, sessions int) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return len(m.objects), len(m.sessions)
+}
+
+// Snapshot lists objects (sorted by name, at most limit when limit > 0) and
+// sessions (sorted by id).
+func (m *Manager) Snapshot(limit int) ([]ObjectInfo, []SessionInfo) {
+	m.mu.RLock()
+	type named struct {
+		e    *entry
+		name string
+	}
+	es := make([]named, 0, len(m.objects))
+	for n, e := range m.objects {
+		es = append(es, named{e, n})
+	}
+	refs := make(map[*entry]int, len(es))
+	for _, x := range es {
+		refs[x.e] = x.e.refs
+	}
+	ss := make([]SessionInfo, 0, len(m.sessions))
+	sessions := make([]*Session, 0, len(m.sessions))
+	for _, s := range m.sessions {
+		ss = append(ss, SessionInfo{ID: s.ID, PID: s.PID, Label: s.Label, Conns: s.conns})
+		sessions = append(sessions, s)
+	}
+	m.mu.RUnlock()
+	sort.Slice(es, func(i, j int) bool { return es[i].name < es[j].name })
+	if limit > 0 && len(es) > limit {
+		es = es[:limit]
+	}
+	objs := make([]ObjectInfo, len(es))
+	for i, x := range es {
+		st, w := x.e.obj.Describe()
+		objs[i] = ObjectInfo{Kind: x.e.obj.Kind(), Name: x.name, State: st, Waiters: w, Refs: refs[x.e], Anonymous: x.e.anon}
+	}
+	for i, s := range sessions {
+		ss[i].Holds = s.Holds()
+	}
+	sort.Slice(ss, func(i, j int) bool { return ss[i].ID < ss[j].ID })
+	return objs, ss
+}
+
+// MaxNameLen is the longest object name.
+const MaxNameLen = 200
+
+// ValidateName checks a user-supplied object name.
+func ValidateName(name string) error {
+	if name == "" || len(name) > MaxNameLen {
+		return fmt.Errorf("%w: a name is 1 to %d bytes long", ErrBadName, MaxNameLen)
+	}
+	if name == "." || name == ".." {
+		return fmt.Errorf("%w: %q is reserved", ErrBadName, name)
+	}
+	if len(name) >= 5 && name[:5] == "anon-" {
+		return fmt.Errorf("%w: names starting with \"anon-\" are reserved for anonymous objects", ErrBadName)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			c == '_' || c == '-' || c == '.' || c == ':' || c == '@' || c == '+'
+		if !ok {
+			return fmt.Errorf("%w: byte 0x%02x at %d is not allowed (use A-Z a-z 0-9 _ - . : @ +)", ErrBadName, c, i)
+		}
+	}
+	return nil
+}
+
+func generateName(kind Kind) string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return "anon-" + string(kind) + "-" + hex.EncodeToString(b[:])
+}

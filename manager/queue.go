@@ -1,0 +1,171 @@
+package manager
+
+import (
+	"container/list"
+	"context"
+	"fmt"
+	"time"
+)
+
+// Queue is a FIFO of opaque items, as queue.Queue. Getters and putters that
+// wait are served first come, first served; an item handed to a getter that
+// is cancelled goes back to the front.
+type Queue struct {
+	base
+	maxsize int64 // <= 0: unbounded
+	items   list.List
+	bytes   int64
+	getters waitQueue
+	putters waitQueue // each carries the item it wants to put
+}
+
+func newQueue(name string, maxsize int64) *Queue {
+	return &Queue{base: base{name: name}, maxsize: maxsize}
+}
+
+// Kind implements Object.
+func (q *Queue) Kind() Kind { return KindQueue }
+
+func (q *Queue) full() bool { return q.maxsize > 0 && int64(q.items.Len()) >= q.maxsize }
+
+func (q *Queue) pushBack(item []byte) {
+	q.items.PushBack(item)
+	q.bytes += int64(len(item))
+}
+
+func (q *Queue) popFront() []byte {
+	e := q.items.Front()
+	q.items.Remove(e)
+	item := e.Value.([]byte)
+	q.bytes -= int64(len(item))
+	return item
+}
+
+// Put appends item, waiting for room when the queue is full. It fails with
+// ErrFull when there is no room in time (or at once with block false).
+func (q *Queue) Put(ctx context.Context, item []byte, block bool, timeout time.Duration) error {
+	q.mu.Lock()
+	if q.dead != nil {
+		q.mu.Unlock()
+		return q.dead
+	}
+	if w := q.getters.front(); w != nil { // the queue is empty: hand it over
+		w.item = item
+		q.getters.grant(w)
+		q.mu.Unlock()
+		return nil
+	}
+	if !q.full() && q.putters.len() == 0 {
+		q.pushBack(item)
+		q.mu.Unlock()
+		return nil
+	}
+	if !block || timeout == 0 {
+		q.mu.Unlock()
+		return ErrFull
+	}
+	w := newWaiter(nil, 0)
+	w.item = item
+	q.putters.push(w)
+	ok, err := q.park(ctx, &q.putters, w, timeout)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return ErrFull
+	}
+	return nil
+}
+
+// Get removes and returns the first item, waiting for one when the queue is
+// empty. It fails with ErrEmpty when none comes in time.
+func (q *Queue) Get(ctx context.Context, block bool, timeout time.Duration) ([]byte, error) {
+	q.mu.Lock()
+	if q.dead != nil {
+		q.mu.Unlock()
+		return nil, q.dead
+	}
+	if q.items.Len() > 0 {
+		item := q.popFront()
+		q.admitPutter()
+		q.mu.Unlock()
+		return item, nil
+	}
+	if !block || timeout == 0 {
+		q.mu.Unlock()
+		return nil, ErrEmpty
+	}
+	w := newWaiter(nil, 0)
+	q.getters.push(w)
+	ok, err := q.park(ctx, &q.getters, w, timeout)
+	if err != nil {
+		if ok { // cannot happen: a granted waiter has no error
+			return w.item, nil
+		}
+		return nil, err
+	}
+	if !ok {
+		return nil, ErrEmpty
+	}
+	return w.item, nil
+}
+
+// admitPutter moves the first waiting putter's item into the queue.
+func (q *Queue) admitPutter() {
+	if w := q.putters.front(); w != nil && !q.full() {
+		q.pushBack(w.item)
+		w.item = nil
+		q.putters.grant(w)
+	}
+}
+
+// Unget puts an item back at the front, ignoring maxsize: it is how a caller
+// that got an item it cannot deliver gives it back.
+func (q *Queue) Unget(item []byte) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.dead != nil {
+		return q.dead
+	}
+	if w := q.getters.front(); w != nil {
+		w.item = item
+		q.getters.grant(w)
+		return nil
+	}
+	q.items.PushFront(item)
+	q.bytes += int64(len(item))
+	return nil
+}
+
+// Len returns the number of items.
+func (q *Queue) Len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.items.Len()
+}
+
+// Full reports whether the queue is at its maxsize.
+func (q *Queue) Full() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.full()
+}
+
+// Describe implements Object.
+func (q *Queue) Describe() (string, int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	max := "unbounded"
+	if q.maxsize > 0 {
+		max = fmt.Sprintf("max %d", q.maxsize)
+	}
+	return fmt.Sprintf("%d items, %d bytes, %s", q.items.Len(), q.bytes, max), q.getters.len() + q.putters.len()
+}
+
+func (q *Queue) fail(err error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.dead = err
+	q.getters.failAll(err)
+	q.putters.failAll(err)
+}

@@ -1,0 +1,279 @@
+package manager
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+)
+
+// typecode describes one Value typecode.
+type typecode struct {
+	class byte // 'i' signed, 'u' unsigned, 'f' float, '?' bool, 'c' char, 'O' opaque
+	bits  uint
+}
+
+var typecodes = map[string]typecode{
+	"b": {'i', 8}, "B": {'u', 8}, "h": {'i', 16}, "H": {'u', 16},
+	"i": {'i', 32}, "I": {'u', 32}, "l": {'i', 64}, "L": {'u', 64},
+	"q": {'i', 64}, "Q": {'u', 64},
+	"f": {'f', 32}, "d": {'f', 64},
+	"?": {'?', 0}, "c": {'c', 0}, "O": {'O', 0},
+}
+
+// Value is a single typed value, as multiprocessing's Value, with atomic add
+// and compare-and-set for numeric typecodes. It holds int64, uint64, float64,
+// bool or []byte according to its typecode.
+type Value struct {
+	base
+	code string
+	tc   typecode
+	v    any
+}
+
+func newValue(name, code string, initial any) (*Value, error) {
+	tc, ok := typecodes[code]
+	if !ok {
+		return nil, fmt.Errorf("%w: unknown typecode %q (use one of b B h H i I l L q Q f d ? c O)", ErrValue, code)
+	}
+	v := &Value{base: base{name: name}, code: code, tc: tc}
+	if initial == nil {
+		initial = v.zero()
+	}
+	c, err := v.convert(initial)
+	if err != nil {
+		return nil, err
+	}
+	v.v = c
+	return v, nil
+}
+
+// Kind implements Object.
+func (v *Value) Kind() Kind { return KindValue }
+
+// Typecode returns the value's typecode.
+func (v *Value) Typecode() string { return v.code }
+
+func (v *Value) zero() any {
+	switch v.tc.class {
+	case 'i':
+		return int64(0)
+	case 'u':
+		return uint64(0)
+	case 'f':
+		return float64(0)
+	case '?':
+		return false
+	case 'c':
+		return []byte{0}
+	default:
+		return []byte{}
+	}
+}
+
+// convert checks x against the typecode and returns it in canonical form.
+func (v *Value) convert(x any) (any, error) {
+	switch v.tc.class {
+	case 'i':
+		var n int64
+		switch t := x.(type) {
+		case int64:
+			n = t
+		case uint64:
+			if t > math.MaxInt64 {
+				return nil, v.rangeErr(x)
+			}
+			n = int64(t)
+		default:
+			return nil, v.typeErr(x)
+		}
+		if v.tc.bits < 64 {
+			lim := int64(1) << (v.tc.bits - 1)
+			if n < -lim || n >= lim {
+				return nil, v.rangeErr(x)
+			}
+		}
+		return n, nil
+	case 'u':
+		var n uint64
+		switch t := x.(type) {
+		case int64:
+			if t < 0 {
+				return nil, v.rangeErr(x)
+			}
+			n = uint64(t)
+		case uint64:
+			n = t
+		default:
+			return nil, v.typeErr(x)
+		}
+		if v.tc.bits < 64 && n >= uint64(1)<<v.tc.bits {
+			return nil, v.rangeErr(x)
+		}
+		return n, nil
+	case 'f':
+		var f float64
+		switch t := x.(type) {
+		case float64:
+			f = t
+		case int64:
+			f = float64(t)
+		case uint64:
+			f = float64(t)
+		default:
+			return nil, v.typeErr(x)
+		}
+		if v.tc.bits == 32 {
+			f = float64(float32(f))
+		}
+		return f, nil
+	case '?':
+		switch t := x.(type) {
+		case bool:
+			return t, nil
+		case int64:
+			return t != 0, nil
+		case uint64:
+			return t != 0, nil
+		}
+		return nil, v.typeErr(x)
+	case 'c':
+		if b, ok := x.([]byte); ok && len(b) == 1 {
+			return b, nil
+		}
+		return nil, fmt.Errorf("%w: typecode 'c' holds exactly one byte", ErrType)
+	default:
+		if b, ok := x.([]byte); ok {
+			return b, nil
+		}
+		return nil, v.typeErr(x)
+	}
+}
+
+func (v *Value) rangeErr(x any) error {
+	return fmt.Errorf("%w: %v is out of range for typecode %q", ErrValue, x, v.code)
+}
+
+func (v *Value) typeErr(x any) error {
+	return fmt.Errorf("%w: a %T cannot be stored in a value of typecode %q", ErrType, x, v.code)
+}
+
+// Get returns the value.
+func (v *Value) Get() any {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.v
+}
+
+// Set replaces the value.
+func (v *Value) Set(x any) error {
+	c, err := v.convert(x)
+	if err != nil {
+		return err
+	}
+	v.mu.Lock()
+	v.v = c
+	v.mu.Unlock()
+	return nil
+}
+
+// Add adds delta atomically and returns the new value. Integers wrap around
+// at their typecode's width, as C arithmetic does.
+func (v *Value) Add(delta any) (any, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	switch v.tc.class {
+	case 'i', 'u':
+		var d uint64
+		switch t := delta.(type) {
+		case int64:
+			d = uint64(t)
+		case uint64:
+			d = t
+		default:
+			return nil, fmt.Errorf("%w: add to an integer value takes an integer delta", ErrType)
+		}
+		var cur uint64
+		if v.tc.class == 'i' {
+			cur = uint64(v.v.(int64))
+		} else {
+			cur = v.v.(uint64)
+		}
+		v.v = v.wrap(cur + d)
+	case 'f':
+		var d float64
+		switch t := delta.(type) {
+		case float64:
+			d = t
+		case int64:
+			d = float64(t)
+		case uint64:
+			d = float64(t)
+		default:
+			return nil, fmt.Errorf("%w: delta must be a number", ErrType)
+		}
+		f := v.v.(float64) + d
+		if v.tc.bits == 32 {
+			f = float64(float32(f))
+		}
+		v.v = f
+	default:
+		return nil, fmt.Errorf("%w: add needs an integer or float typecode, not %q", ErrType, v.code)
+	}
+	return v.v, nil
+}
+
+// wrap truncates n to the typecode's width and sign-extends signed codes.
+func (v *Value) wrap(n uint64) any {
+	bits := v.tc.bits
+	if bits < 64 {
+		n &= (uint64(1) << bits) - 1
+	}
+	if v.tc.class == 'u' {
+		return n
+	}
+	shift := 64 - bits
+	return int64(n<<shift) >> shift
+}
+
+// CompareAndSet replaces the value with next if it equals expected.
+func (v *Value) CompareAndSet(expected, next any) (bool, error) {
+	e, err := v.convert(expected)
+	if err != nil {
+		return false, err
+	}
+	n, err := v.convert(next)
+	if err != nil {
+		return false, err
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if !equal(v.v, e) {
+		return false, nil
+	}
+	v.v = n
+	return true, nil
+}
+
+func equal(a, b any) bool {
+	if x, ok := a.([]byte); ok {
+		y, ok := b.([]byte)
+		return ok && bytes.Equal(x, y)
+	}
+	return a == b
+}
+
+// Describe implements Object.
+func (v *Value) Describe() (string, int) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if b, ok := v.v.([]byte); ok && v.tc.class == 'O' {
+		return fmt.Sprintf("%s: %d bytes", v.code, len(b)), 0
+	}
+	return fmt.Sprintf("%s: %v", v.code, v.v), 0
+}
+
+func (v *Value) fail(err error) {
+	v.mu.Lock()
+	v.dead = err
+	v.mu.Unlock()
+}

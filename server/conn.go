@@ -1,0 +1,265 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
+
+	"github.com/syncmgr/syncmgr/auth"
+	"github.com/syncmgr/syncmgr/manager"
+	"github.com/syncmgr/syncmgr/wire"
+)
+
+// conn is one client connection.
+type conn struct {
+	srv  *Server
+	nc   net.Conn
+	id   uint64
+	log  zerolog.Logger
+	sess *manager.Session
+
+	ctx    context.Context // cancelled when the connection ends
+	cancel context.CancelFunc
+
+	wmu sync.Mutex // serialises writes
+
+	pmu    sync.Mutex
+	parked map[uint64]context.CancelFunc
+	pwg    sync.WaitGroup // parked requests
+
+	closeOnce sync.Once
+}
+
+func (s *Server) newConn(nc net.Conn) *conn {
+	id := s.nextConn.Add(1)
+	ctx, cancel := context.WithCancel(s.ctx)
+	return &conn{srv: s, nc: nc, id: id, ctx: ctx, cancel: cancel, parked: make(map[uint64]context.CancelFunc),
+		log: s.log.With().Uint64("conn", id).Logger()}
+}
+
+func (c *conn) close() {
+	c.closeOnce.Do(func() {
+		c.cancel()
+		c.nc.Close()
+	})
+}
+
+// serve runs the connection: handshake, then the request loop. When it
+// returns, parked requests are finished and the session is released.
+func (c *conn) serve() {
+	defer c.close()
+	peer, err := c.handshake()
+	c.srv.unauth.Add(-1)
+	if err != nil {
+		c.log.Debug().Err(err).Msg("handshake failed")
+		return
+	}
+	sess, err := c.srv.mgr.OpenSession(peer.Session, peer.PID, peer.Label)
+	if err != nil {
+		c.writeReply(0, toWire(err), nil)
+		return
+	}
+	c.sess = sess
+	if !c.srv.track(c, true) {
+		c.srv.mgr.CloseSession(sess)
+		return
+	}
+	c.srv.authed.Add(1)
+	c.log.Debug().Uint64("session", sess.ID).Int("pid", peer.PID).Str("label", peer.Label).Msg("client connected")
+	defer func() {
+		c.close()
+		c.pwg.Wait() // every parked request has undone what it could not deliver
+		c.srv.mgr.CloseSession(sess)
+		c.srv.authed.Add(-1)
+		c.srv.track(c, false)
+		c.log.Debug().Uint64("session", sess.ID).Msg("client disconnected")
+	}()
+	c.loop()
+}
+
+func (c *conn) handshake() (*auth.Peer, error) {
+	if err := c.checkPeer(); err != nil {
+		c.log.Warn().Err(err).Msg("refused connection")
+		return nil, err
+	}
+	if c.srv.authed.Load() >= int64(c.srv.cfg.MaxConns) {
+		c.writeHandshakeError(wire.CodeLimit, "too many connections")
+		return nil, errors.New("too many connections")
+	}
+	_ = c.nc.SetDeadline(time.Now().Add(c.srv.cfg.HandshakeTimeout))
+	peer, err := auth.Server(c.nc, auth.ServerConfig{Key: c.srv.cfg.Key, MaxFrame: c.srv.cfg.MaxFrame,
+		Server: "syncmgr " + Version, BootID: c.srv.bootID, PID: os.Getpid(), ConnID: c.id})
+	if err != nil {
+		var he *auth.HandshakeError
+		if errors.As(err, &he) && he.Code == wire.CodeAuthFailed {
+			c.log.Warn().Str("remote", c.nc.RemoteAddr().String()).Msg("authentication failed")
+		}
+		return nil, err
+	}
+	_ = c.nc.SetDeadline(time.Time{})
+	return peer, nil
+}
+
+func (c *conn) writeHandshakeError(code wire.Code, msg string) {
+	b, err := wire.Marshal(auth.ErrorMsg{T: "error", Code: string(code), Message: msg})
+	if err == nil {
+		_ = c.nc.SetWriteDeadline(time.Now().Add(time.Second))
+		_ = wire.WriteFrame(c.nc, b)
+	}
+}
+
+// checkPeer refuses Unix peers running as another user unless allowed.
+func (c *conn) checkPeer() error {
+	uc, ok := c.nc.(*net.UnixConn)
+	if !ok || c.srv.cfg.AllowOtherUsers {
+		return nil
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return err
+	}
+	if cerr != nil {
+		return cerr
+	}
+	if uid := uint32(os.Getuid()); cred.Uid != uid && cred.Uid != 0 {
+		c.writeHandshakeError(wire.CodeAuthFailed, "peer runs as another user")
+		return errors.New("peer uid differs from the server's (see --allow-other-users)")
+	}
+	return nil
+}
+
+func (c *conn) loop() {
+	br := bufio.NewReaderSize(c.nc, 64<<10)
+	for {
+		body, err := wire.ReadFrame(br, c.srv.cfg.MaxFrame)
+		if err != nil {
+			switch {
+			case errors.Is(err, wire.ErrFrameTooLarge), errors.Is(err, wire.ErrEmptyFrame):
+				c.log.Warn().Err(err).Msg("bad frame; closing")
+				c.writeReply(0, &wire.Error{Code: wire.CodeTooLarge, Message: err.Error()}, nil)
+			case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), c.ctx.Err() != nil:
+			default:
+				c.log.Debug().Err(err).Msg("read failed")
+			}
+			return
+		}
+		req, err := wire.DecodeRequest(body)
+		if err != nil {
+			c.log.Warn().Err(err).Msg("malformed request; closing")
+			c.writeReply(0, &wire.Error{Code: wire.CodeBadRequest, Message: err.Error()}, nil)
+			return
+		}
+		c.dispatch(&req)
+	}
+}
+
+func (c *conn) dispatch(req *wire.Request) {
+	if c.srv.closing.Load() {
+		c.reply(req.ID, nil, manager.ErrShutdown)
+		return
+	}
+	res, err := c.handle(req)
+	if err == errParked {
+		return
+	}
+	c.reply(req.ID, res, err)
+}
+
+func (c *conn) reply(id uint64, res any, err error) {
+	if id == 0 {
+		if err != nil {
+			c.log.Debug().Err(err).Msg("error in a request without reply")
+		}
+		return
+	}
+	var we *wire.Error
+	if err != nil {
+		we = toWire(err)
+		if we.Code == wire.CodeInternal {
+			c.log.Error().Err(err).Msg("internal error")
+		}
+	}
+	c.writeReply(id, we, res)
+}
+
+func (c *conn) writeReply(id uint64, we *wire.Error, res any) {
+	frame, err := wire.EncodeReply(id, we, res)
+	if err != nil {
+		c.log.Error().Err(err).Msg("encode reply")
+		frame, _ = wire.EncodeReply(id, &wire.Error{Code: wire.CodeInternal, Message: "cannot encode reply"}, nil)
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	_ = c.nc.SetWriteDeadline(time.Now().Add(c.srv.cfg.WriteTimeout))
+	if _, err := c.nc.Write(frame); err != nil {
+		c.close()
+	}
+}
+
+// park runs wait in a goroutine of its own and replies when it ends. If the
+// connection is gone by then, undo gives back what wait obtained.
+func (c *conn) park(id uint64, wait func(ctx context.Context) (any, error), undo func(res any)) error {
+	ctx, cancel := context.WithCancel(c.ctx)
+	c.pmu.Lock()
+	if id != 0 {
+		if _, dup := c.parked[id]; dup {
+			c.pmu.Unlock()
+			cancel()
+			return wire.Errorf(wire.CodeBadRequest, "request id %d is already in flight", id)
+		}
+		c.parked[id] = cancel
+	}
+	c.pwg.Add(1)
+	c.pmu.Unlock()
+	go func() {
+		defer c.pwg.Done()
+		res, err := wait(ctx)
+		c.pmu.Lock()
+		if id != 0 {
+			delete(c.parked, id)
+		}
+		c.pmu.Unlock()
+		cancel()
+		if err == nil && c.ctx.Err() != nil && undo != nil {
+			undo(res) // nobody is left to receive it
+			return
+		}
+		c.reply(id, res, err)
+	}()
+	return errParked
+}
+
+// cancelParked cancels the parked request id, if any.
+func (c *conn) cancelParked(id uint64) {
+	c.pmu.Lock()
+	cancel := c.parked[id]
+	c.pmu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+}
+
+// drainParked waits until every parked request has been answered.
+func (c *conn) drainParked(ctx context.Context) {
+	done := make(chan struct{})
+	go func() { c.pwg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}

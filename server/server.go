@@ -1,0 +1,206 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/syncmgr/syncmgr/manager"
+)
+
+// Version is the daemon's version string.
+const Version = "0.1.0"
+
+// Config configures a Server.
+type Config struct {
+	Key                []byte        // the authkey; required
+	MaxFrame           uint32        // largest frame body after the handshake
+	HandshakeTimeout   time.Duration // deadline on the whole handshake
+	WriteTimeout       time.Duration // a reply not written in this time kills the connection
+	MaxUnauthenticated int           // connections allowed in the handshake at once
+	MaxConns           int           // authenticated connections allowed at once
+	AllowOtherUsers    bool          // accept Unix peers with another uid
+	Logger             zerolog.Logger
+}
+
+// Server serves a manager over any number of listeners.
+type Server struct {
+	cfg    Config
+	mgr    *manager.Manager
+	log    zerolog.Logger
+	bootID string
+	start  time.Time
+
+	ctx    context.Context // cancelled on shutdown
+	cancel context.CancelFunc
+
+	mu        sync.Mutex
+	listeners []net.Listener
+	conns     map[*conn]struct{}
+	wg        sync.WaitGroup // connection goroutines
+
+	nextConn atomic.Uint64
+	unauth   atomic.Int64
+	authed   atomic.Int64
+	closing  atomic.Bool
+}
+
+// New returns a server for mgr.
+func New(cfg Config, mgr *manager.Manager) (*Server, error) {
+	if len(cfg.Key) == 0 {
+		return nil, errors.New("server: no authkey")
+	}
+	if cfg.MaxFrame == 0 {
+		cfg.MaxFrame = 64 << 20
+	}
+	if cfg.HandshakeTimeout <= 0 {
+		cfg.HandshakeTimeout = 5 * time.Second
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = 30 * time.Second
+	}
+	if cfg.MaxUnauthenticated <= 0 {
+		cfg.MaxUnauthenticated = 128
+	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = 8192
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Server{cfg: cfg, mgr: mgr, log: cfg.Logger, bootID: BootID(), start: time.Now(),
+		ctx: ctx, cancel: cancel, conns: make(map[*conn]struct{})}, nil
+}
+
+// Manager returns the served manager.
+func (s *Server) Manager() *manager.Manager { return s.mgr }
+
+// Serve accepts connections on ln until Shutdown. It returns nil after a
+// shutdown and the accept error otherwise.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.closing.Load() {
+		s.mu.Unlock()
+		ln.Close()
+		return nil
+	}
+	s.listeners = append(s.listeners, ln)
+	s.mu.Unlock()
+	var backoff time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if s.closing.Load() {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || isTemporary(err) {
+				// e.g. EMFILE: out of file descriptors. Keep serving the
+				// connections we have and try again shortly.
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				s.log.Warn().Err(err).Dur("retry_in", backoff).Msg("accept failed")
+				time.Sleep(backoff)
+				continue
+			}
+			return fmt.Errorf("accept: %w", err)
+		}
+		backoff = 0
+		if s.unauth.Add(1) > int64(s.cfg.MaxUnauthenticated) {
+			s.unauth.Add(-1)
+			s.log.Warn().Str("remote", nc.RemoteAddr().String()).Msg("too many connections in handshake; closing")
+			nc.Close()
+			continue
+		}
+		c := s.newConn(nc)
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			c.serve()
+		}()
+	}
+}
+
+func isTemporary(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "too many open files") || strings.Contains(msg, "resource temporarily unavailable")
+}
+
+func (s *Server) track(c *conn, add bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if add {
+		if s.closing.Load() {
+			return false
+		}
+		s.conns[c] = struct{}{}
+	} else {
+		delete(s.conns, c)
+	}
+	return true
+}
+
+// Shutdown stops accepting, answers every parked request with
+// shutting_down, closes every connection and waits for them (until ctx
+// ends). Listeners created by Listen remove their socket files.
+func (s *Server) Shutdown(ctx context.Context) error {
+	if s.closing.Swap(true) {
+		return nil
+	}
+	s.mu.Lock()
+	for _, ln := range s.listeners {
+		ln.Close()
+	}
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	s.mgr.Close() // every waiter fails with ErrShutdown and is answered
+	for _, c := range conns {
+		c.drainParked(ctx)
+	}
+	s.cancel()
+	for _, c := range conns {
+		c.close()
+	}
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("shutdown: %w", ctx.Err())
+	}
+}
+
+// Stats are counters for status listings.
+type Stats struct {
+	Version         string  `msgpack:"version"`
+	PID             int     `msgpack:"pid"`
+	Uptime          float64 `msgpack:"uptime"`
+	Connections     int64   `msgpack:"connections"`
+	Handshaking     int64   `msgpack:"handshaking"`
+	Objects         int     `msgpack:"objects"`
+	Sessions        int     `msgpack:"sessions"`
+	BootID          string  `msgpack:"boot_id"`
+	MaxFrame        uint32  `msgpack:"max_frame"`
+	ObjectsListed   int     `msgpack:"objects_listed"`
+	ObjectsOmmitted int     `msgpack:"objects_omitted"`
+}
+
+// BootID returns the host's boot id, or "" where there is none.
+func BootID() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+var osPID = os.Getpid()

@@ -1,0 +1,61 @@
+package wire
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+)
+
+// HeaderSize is the size of a frame header: a big-endian uint32 body length.
+const HeaderSize = 4
+
+// DefaultMaxFrame is the default largest frame body accepted after the
+// handshake.
+const DefaultMaxFrame = 64 << 20
+
+// HandshakeMaxFrame is the largest frame body accepted before the handshake
+// has completed.
+const HandshakeMaxFrame = 4 << 10
+
+// ReadFrame reads one frame from r and returns its body. The length is
+// checked against max before anything is allocated, so a peer that claims a
+// 4 GiB frame costs nothing. A returned ErrFrameTooLarge or ErrEmptyFrame
+// leaves the stream unusable.
+func ReadFrame(r io.Reader, max uint32) ([]byte, error) {
+	var hdr [HeaderSize]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return nil, err
+	}
+	n := binary.BigEndian.Uint32(hdr[:])
+	if n == 0 {
+		return nil, ErrEmptyFrame
+	}
+	if n > max {
+		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrFrameTooLarge, n, max)
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, fmt.Errorf("read frame body: %w", err)
+	}
+	return body, nil
+}
+
+// WriteFrame writes body as one frame with a single Write call.
+func WriteFrame(w io.Writer, body []byte) error {
+	buf := make([]byte, HeaderSize+len(body))
+	binary.BigEndian.PutUint32(buf, uint32(len(body)))
+	copy(buf[HeaderSize:], body)
+	_, err := w.Write(buf)
+	return err
+}
+
+// Framed returns buf with its first HeaderSize bytes set to the length of the
+// rest. Encoders in this package leave room for the header so that a message
+// is built and sent without a second copy.
+func Framed(buf []byte) []byte {
+	binary.BigEndian.PutUint32(buf, uint32(len(buf)-HeaderSize))
+	return buf
+}

@@ -1,0 +1,335 @@
+package wire
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"sync"
+
+	"github.com/vmihailenco/msgpack/v5"
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
+)
+
+// Request is a decoded request frame: [id, op, args].
+type Request struct {
+	ID   uint64
+	Op   string
+	Args Args
+}
+
+// Args are a request's arguments. Values are scalars only: nil, bool, int64,
+// uint64, float64, string or []byte. Keeping them flat means a hostile frame
+// cannot make the decoder recurse.
+type Args map[string]any
+
+// MaxArgs is the largest number of arguments a request may carry.
+const MaxArgs = 64
+
+var decoderPool = sync.Pool{New: func() any { return msgpack.NewDecoder(nil) }}
+
+// DecodeRequest parses a request body. Any error wraps ErrMalformed.
+func DecodeRequest(body []byte) (Request, error) {
+	var req Request
+	rd := bytes.NewReader(body)
+	dec := decoderPool.Get().(*msgpack.Decoder)
+	defer decoderPool.Put(dec)
+	dec.Reset(rd)
+	n, err := dec.DecodeArrayLen()
+	if err != nil || n != 3 {
+		return req, fmt.Errorf("%w: request must be a 3-element array", ErrMalformed)
+	}
+	if req.ID, err = dec.DecodeUint64(); err != nil {
+		return req, fmt.Errorf("%w: request id: %v", ErrMalformed, err)
+	}
+	if req.Op, err = dec.DecodeString(); err != nil {
+		return req, fmt.Errorf("%w: request op: %v", ErrMalformed, err)
+	}
+	if req.Args, err = decodeArgs(dec); err != nil {
+		return req, err
+	}
+	if rd.Len() != 0 {
+		return req, fmt.Errorf("%w: %d trailing bytes", ErrMalformed, rd.Len())
+	}
+	return req, nil
+}
+
+func decodeArgs(dec *msgpack.Decoder) (Args, error) {
+	n, err := dec.DecodeMapLen()
+	if err != nil {
+		return nil, fmt.Errorf("%w: args must be a map: %v", ErrMalformed, err)
+	}
+	if n < 0 || n > MaxArgs {
+		return nil, fmt.Errorf("%w: args must be a map of at most %d entries", ErrMalformed, MaxArgs)
+	}
+	args := make(Args, n)
+	for i := 0; i < n; i++ {
+		k, err := dec.DecodeString()
+		if err != nil {
+			return nil, fmt.Errorf("%w: arg key: %v", ErrMalformed, err)
+		}
+		v, err := decodeScalar(dec)
+		if err != nil {
+			return nil, fmt.Errorf("%w: arg %q: %v", ErrMalformed, k, err)
+		}
+		args[k] = v
+	}
+	return args, nil
+}
+
+func decodeScalar(dec *msgpack.Decoder) (any, error) {
+	c, err := dec.PeekCode()
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case c == msgpcode.Nil:
+		return nil, dec.DecodeNil()
+	case c == msgpcode.True || c == msgpcode.False:
+		return dec.DecodeBool()
+	case msgpcode.IsFixedNum(c) || c == msgpcode.Int8 || c == msgpcode.Int16 || c == msgpcode.Int32 || c == msgpcode.Int64:
+		return dec.DecodeInt64()
+	case c == msgpcode.Uint8 || c == msgpcode.Uint16 || c == msgpcode.Uint32 || c == msgpcode.Uint64:
+		return dec.DecodeUint64()
+	case c == msgpcode.Float || c == msgpcode.Double:
+		return dec.DecodeFloat64()
+	case msgpcode.IsString(c):
+		return dec.DecodeString()
+	case msgpcode.IsBin(c):
+		return dec.DecodeBytes()
+	default:
+		return nil, fmt.Errorf("only nil, bool, int, float, str and bin are allowed (code 0x%02x)", c)
+	}
+}
+
+// EncodeRequest builds a framed request (header included, ready to write).
+func EncodeRequest(id uint64, op string, args map[string]any) ([]byte, error) {
+	return encode(func(enc *msgpack.Encoder) error {
+		if err := enc.EncodeArrayLen(3); err != nil {
+			return err
+		}
+		if err := enc.EncodeUint(id); err != nil {
+			return err
+		}
+		if err := enc.EncodeString(op); err != nil {
+			return err
+		}
+		if args == nil {
+			return enc.EncodeMapLen(0)
+		}
+		return enc.Encode(args)
+	})
+}
+
+// EncodeReply builds a framed reply [id, error, result] (header included).
+func EncodeReply(id uint64, e *Error, result any) ([]byte, error) {
+	return encode(func(enc *msgpack.Encoder) error {
+		if err := enc.EncodeArrayLen(3); err != nil {
+			return err
+		}
+		if err := enc.EncodeUint(id); err != nil {
+			return err
+		}
+		if e == nil {
+			if err := enc.EncodeNil(); err != nil {
+				return err
+			}
+			return enc.Encode(result)
+		}
+		if err := enc.EncodeArrayLen(2); err != nil {
+			return err
+		}
+		if err := enc.EncodeString(string(e.Code)); err != nil {
+			return err
+		}
+		if err := enc.EncodeString(e.Message); err != nil {
+			return err
+		}
+		return enc.EncodeNil()
+	})
+}
+
+// Reply is a decoded reply frame.
+type Reply struct {
+	ID     uint64
+	Err    *Error
+	Result any
+}
+
+// DecodeReply parses a reply body. Any error wraps ErrMalformed.
+func DecodeReply(body []byte) (Reply, error) {
+	var rep Reply
+	rd := bytes.NewReader(body)
+	dec := decoderPool.Get().(*msgpack.Decoder)
+	defer decoderPool.Put(dec)
+	dec.Reset(rd)
+	dec.UseLooseInterfaceDecoding(true)
+	defer dec.UseLooseInterfaceDecoding(false)
+	n, err := dec.DecodeArrayLen()
+	if err != nil || n != 3 {
+		return rep, fmt.Errorf("%w: reply must be a 3-element array", ErrMalformed)
+	}
+	if rep.ID, err = dec.DecodeUint64(); err != nil {
+		return rep, fmt.Errorf("%w: reply id: %v", ErrMalformed, err)
+	}
+	en, err := dec.DecodeArrayLen()
+	if err != nil {
+		return rep, fmt.Errorf("%w: reply error: %v", ErrMalformed, err)
+	}
+	if en == 2 {
+		code, err1 := dec.DecodeString()
+		msg, err2 := dec.DecodeString()
+		if err1 != nil || err2 != nil {
+			return rep, fmt.Errorf("%w: reply error must be [code, message]", ErrMalformed)
+		}
+		rep.Err = &Error{Code: Code(code), Message: msg}
+	} else if en != -1 {
+		return rep, fmt.Errorf("%w: reply error must be nil or [code, message]", ErrMalformed)
+	}
+	if rep.Result, err = dec.DecodeInterface(); err != nil {
+		return rep, fmt.Errorf("%w: reply result: %v", ErrMalformed, err)
+	}
+	return rep, nil
+}
+
+var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+var encoderPool = sync.Pool{New: func() any {
+	enc := msgpack.NewEncoder(nil)
+	enc.SetSortMapKeys(false)
+	return enc
+}}
+
+// encode runs fn on a pooled encoder and returns a fresh framed copy.
+func encode(fn func(*msgpack.Encoder) error) ([]byte, error) {
+	buf := bufPool.Get().(*bytes.Buffer)
+	buf.Reset()
+	buf.Write(make([]byte, HeaderSize))
+	enc := encoderPool.Get().(*msgpack.Encoder)
+	enc.Reset(buf)
+	err := fn(enc)
+	encoderPool.Put(enc)
+	if err != nil {
+		bufPool.Put(buf)
+		return nil, err
+	}
+	out := make([]byte, buf.Len())
+	copy(out, buf.Bytes())
+	if buf.Cap() <= 1<<20 {
+		bufPool.Put(buf)
+	}
+	return Framed(out), nil
+}
+
+// Marshal encodes v as one MessagePack value (used for handshake messages).
+func Marshal(v any) ([]byte, error) { return msgpack.Marshal(v) }
+
+// Unmarshal decodes one MessagePack value into v.
+func Unmarshal(b []byte, v any) error {
+	if err := msgpack.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	return nil
+}
+
+// Arg accessors. Each returns a *Error with CodeBadRequest when the argument
+// has the wrong type, so handlers can return it as is.
+
+// String returns a required string argument.
+func (a Args) String(key string) (string, error) {
+	switch v := a[key].(type) {
+	case string:
+		return v, nil
+	case nil:
+		return "", Errorf(CodeBadRequest, "missing argument %q", key)
+	default:
+		return "", Errorf(CodeBadRequest, "argument %q must be a string", key)
+	}
+}
+
+// OptString returns a string argument or "" when absent or nil.
+func (a Args) OptString(key string) (string, error) {
+	if a[key] == nil {
+		return "", nil
+	}
+	return a.String(key)
+}
+
+// Bytes returns a required bin argument.
+func (a Args) Bytes(key string) ([]byte, error) {
+	switch v := a[key].(type) {
+	case []byte:
+		return v, nil
+	case nil:
+		return nil, Errorf(CodeBadRequest, "missing argument %q", key)
+	default:
+		return nil, Errorf(CodeBadRequest, "argument %q must be bin", key)
+	}
+}
+
+// Bool returns a bool argument, or def when absent or nil.
+func (a Args) Bool(key string, def bool) (bool, error) {
+	switch v := a[key].(type) {
+	case bool:
+		return v, nil
+	case nil:
+		return def, nil
+	default:
+		return false, Errorf(CodeBadRequest, "argument %q must be a bool", key)
+	}
+}
+
+// Int returns an integer argument, or def when absent or nil.
+func (a Args) Int(key string, def int64) (int64, error) {
+	switch v := a[key].(type) {
+	case int64:
+		return v, nil
+	case uint64:
+		if v > math.MaxInt64 {
+			return 0, Errorf(CodeValueError, "argument %q out of range", key)
+		}
+		return int64(v), nil
+	case nil:
+		return def, nil
+	default:
+		return 0, Errorf(CodeBadRequest, "argument %q must be an integer", key)
+	}
+}
+
+// Uint returns an unsigned integer argument, or def when absent or nil.
+func (a Args) Uint(key string, def uint64) (uint64, error) {
+	switch v := a[key].(type) {
+	case uint64:
+		return v, nil
+	case int64:
+		if v < 0 {
+			return 0, Errorf(CodeValueError, "argument %q must not be negative", key)
+		}
+		return uint64(v), nil
+	case nil:
+		return def, nil
+	default:
+		return 0, Errorf(CodeBadRequest, "argument %q must be an integer", key)
+	}
+}
+
+// Timeout returns the "timeout" argument in seconds; ok is false when it is
+// absent or nil (wait forever). Negative, NaN and infinite values are a
+// value_error.
+func (a Args) Timeout() (secs float64, ok bool, err error) {
+	switch v := a["timeout"].(type) {
+	case nil:
+		return 0, false, nil
+	case int64:
+		secs = float64(v)
+	case uint64:
+		secs = float64(v)
+	case float64:
+		secs = v
+	default:
+		return 0, false, Errorf(CodeBadRequest, "argument \"timeout\" must be a number or nil")
+	}
+	if math.IsNaN(secs) || math.IsInf(secs, 0) || secs < 0 {
+		return 0, false, Errorf(CodeValueError, "timeout must be a finite number >= 0, got %v", secs)
+	}
+	return secs, true, nil
+}
