@@ -107,7 +107,11 @@ type Session struct {
 
 	mu    sync.Mutex // leaf lock: taken inside object mutexes
 	holds map[holder]int
+	done  chan struct{} // closed when the session ends
 }
+
+// Done is closed when the session has ended and released what it held.
+func (s *Session) Done() <-chan struct{} { return s.done }
 
 func (s *Session) hold(h holder) {
 	if s == nil {
@@ -156,7 +160,7 @@ func (m *Manager) OpenSession(key []byte, pid int, label string) (*Session, erro
 	}
 	m.nextID++
 	s := &Session{ID: m.nextID, PID: pid, Label: label, key: string(key), conns: 1,
-		refs: make(map[string]int), holds: make(map[holder]int)}
+		refs: make(map[string]int), holds: make(map[holder]int), done: make(chan struct{})}
 	m.sessions[s.ID] = s
 	if len(key) > 0 {
 		m.byKey[s.key] = s
@@ -203,6 +207,7 @@ func (m *Manager) CloseSession(s *Session) {
 	for _, h := range hs {
 		h.releaseSession(s)
 	}
+	close(s.done)
 }
 
 // maybeCollectLocked deletes an anonymous entry nobody references, or starts

@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/syncmgr/syncmgr/manager"
+	"github.com/syncmgr/syncmgr/shmregistry"
 	"github.com/syncmgr/syncmgr/wire"
 )
 
@@ -27,6 +28,13 @@ var codes = []struct {
 	{manager.ErrShutdown, wire.CodeShutdown},
 	{manager.ErrLimit, wire.CodeLimit},
 	{manager.ErrBroken, wire.CodeBroken},
+	{shmregistry.ErrExists, wire.CodeExists},
+	{shmregistry.ErrNotFound, wire.CodeNoSuchObject},
+	{shmregistry.ErrBadName, wire.CodeBadName},
+	{shmregistry.ErrSize, wire.CodeValueError},
+	{shmregistry.ErrLimit, wire.CodeLimit},
+	{shmregistry.ErrNoSpace, wire.CodeNoSpace},
+	{shmregistry.ErrClosed, wire.CodeShutdown},
 	{context.Canceled, wire.CodeCancelled},
 	{wire.ErrMalformed, wire.CodeBadRequest},
 	{wire.ErrFrameTooLarge, wire.CodeTooLarge},

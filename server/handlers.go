@@ -66,8 +66,8 @@ func init() {
 		}),
 	}
 	objectOps[manager.KindQueue] = map[string]handler{
-		"put":   opPut,
-		"get":   opGet,
+		"put": opPut,
+		"get": opGet,
 		"unget": withObj(func(c *conn, q *manager.Queue, a wire.Args) (any, error) {
 			item, err := a.Bytes("item")
 			if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/syncmgr/syncmgr/manager"
+	"github.com/syncmgr/syncmgr/shmregistry"
 )
 
 // Version is the daemon's version string.
@@ -21,13 +22,14 @@ const Version = "0.1.0"
 
 // Config configures a Server.
 type Config struct {
-	Key                []byte        // the authkey; required
-	MaxFrame           uint32        // largest frame body after the handshake
-	HandshakeTimeout   time.Duration // deadline on the whole handshake
-	WriteTimeout       time.Duration // a reply not written in this time kills the connection
-	MaxUnauthenticated int           // connections allowed in the handshake at once
-	MaxConns           int           // authenticated connections allowed at once
-	AllowOtherUsers    bool          // accept Unix peers with another uid
+	Key                []byte                // the authkey; required
+	MaxFrame           uint32                // largest frame body after the handshake
+	HandshakeTimeout   time.Duration         // deadline on the whole handshake
+	WriteTimeout       time.Duration         // a reply not written in this time kills the connection
+	MaxUnauthenticated int                   // connections allowed in the handshake at once
+	MaxConns           int                   // authenticated connections allowed at once
+	AllowOtherUsers    bool                  // accept Unix peers with another uid
+	Shm                *shmregistry.Registry // shared-memory segments; nil disables the shm ops
 	Logger             zerolog.Logger
 }
 
@@ -51,6 +53,8 @@ type Server struct {
 	unauth   atomic.Int64
 	authed   atomic.Int64
 	closing  atomic.Bool
+
+	shmWatched sync.Map // session id -> struct{}: sessions whose attachments are forgotten when they end
 }
 
 // New returns a server for mgr.

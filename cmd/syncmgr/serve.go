@@ -8,14 +8,18 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
 
 	"github.com/syncmgr/syncmgr/auth"
 	"github.com/syncmgr/syncmgr/manager"
 	"github.com/syncmgr/syncmgr/server"
+	"github.com/syncmgr/syncmgr/shmregistry"
 	"github.com/syncmgr/syncmgr/wire"
 )
 
@@ -43,6 +47,8 @@ func runServe(ctx context.Context, args []string) error {
 		hsTimeout     = fs.Duration("handshake-timeout", 5*time.Second, "deadline on a connection's handshake")
 		parentPID     = fs.Int("exit-with-parent", 0, "shut down when the process with this pid is no longer our parent")
 		shutdownGrace = fs.Duration("shutdown-timeout", 10*time.Second, "how long a graceful shutdown may take")
+		shmDir        = fs.String("shm-dir", "/dev/shm", "directory (tmpfs) for shared-memory segments; \"none\" disables the registry")
+		shmLimit      = fs.String("shm-limit", "50%", "cap on all segments together: bytes (with K, M, G suffix) or a percentage of --shm-dir's size")
 	)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: syncmgr serve [flags]\n\nRun the daemon. The authkey comes from --authkey-file, $SYNCMGR_AUTHKEY (hex)\nor the file named by $SYNCMGR_AUTHKEY_FILE; make one with 'syncmgr keygen'.\n\nFlags:\n")
@@ -71,9 +77,31 @@ func runServe(ctx context.Context, args []string) error {
 	if *maxFrame < 1024 || *maxFrame > 1<<30 {
 		return fmt.Errorf("%w: --max-frame must be between 1024 and 1 GiB", errUsage)
 	}
+	var shm *shmregistry.Registry
+	if *shmDir != "none" {
+		limit, err := parseLimit(*shmLimit, *shmDir)
+		if err != nil {
+			return err
+		}
+		id := *socket
+		if id == "" || id == "none" {
+			id = "tcp:" + *tcpAddr
+		} else if abs, err := filepath.Abs(id); err == nil {
+			id = abs
+		}
+		var adopted []string
+		shm, adopted, err = shmregistry.Open(*shmDir, shmregistry.Prefix(id), limit)
+		if err != nil {
+			return err
+		}
+		if len(adopted) > 0 {
+			log.Warn().Int("segments", len(adopted)).Str("dir", *shmDir).Msg("adopted shared-memory segments left by a previous run on this address")
+		}
+		defer shm.Close() // a graceful stop unlinks every segment
+	}
 	mcfg := manager.Config{ShareGrace: *shareGrace, MaxObjectsPerSession: *maxPerClient, MaxObjects: *maxObjects, MaxQueue: *maxQueue}
 	srv, err := server.New(server.Config{Key: key, MaxFrame: uint32(*maxFrame), HandshakeTimeout: *hsTimeout,
-		MaxUnauthenticated: *maxUnauth, MaxConns: *maxConns, AllowOtherUsers: *allowOthers, Logger: log}, manager.New(mcfg))
+		MaxUnauthenticated: *maxUnauth, MaxConns: *maxConns, AllowOtherUsers: *allowOthers, Logger: log, Shm: shm}, manager.New(mcfg))
 	if err != nil {
 		return err
 	}
@@ -180,4 +208,33 @@ func newLogger(level, format string) (zerolog.Logger, error) {
 		return zerolog.Logger{}, fmt.Errorf("%w: --log-format must be console or json", errUsage)
 	}
 	return log.Level(lvl).With().Timestamp().Logger(), nil
+}
+
+// parseLimit reads a size such as "512M", "2G", "1073741824" or "50%" (of
+// the filesystem holding dir).
+func parseLimit(s, dir string) (int64, error) {
+	s = strings.TrimSpace(s)
+	if pct, ok := strings.CutSuffix(s, "%"); ok {
+		p, err := strconv.ParseFloat(pct, 64)
+		if err != nil || p <= 0 || p > 100 {
+			return 0, fmt.Errorf("%w: --shm-limit percentage must be in (0, 100]", errUsage)
+		}
+		var st unix.Statfs_t
+		if err := unix.Statfs(dir, &st); err != nil {
+			return 0, fmt.Errorf("statfs %s: %w", dir, err)
+		}
+		return int64(float64(st.Blocks) * float64(st.Bsize) * p / 100), nil
+	}
+	mult := int64(1)
+	for suf, m := range map[string]int64{"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40} {
+		if v, ok := strings.CutSuffix(strings.ToUpper(s), suf); ok {
+			s, mult = v, m
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%w: --shm-limit must be bytes (K/M/G/T suffix allowed) or a percentage", errUsage)
+	}
+	return n * mult, nil
 }

@@ -62,7 +62,20 @@ func runStatus(ctx context.Context, args []string) error {
 	for _, s := range list(st["sessions"]) {
 		fmt.Fprintf(w, "%v\t%v\t%v\t%v\t%v\n", s["id"], s["pid"], s["conns"], s["holds"], s["label"])
 	}
-	return w.Flush()
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if res, err := c.Call(ctx, "shm_list", nil, nil); err == nil {
+		sh, _ := res.(map[string]any)
+		fmt.Printf("\nshared memory: %v bytes in use of %v (0: no cap) in %v\n", sh["used"], sh["limit"], sh["dir"])
+		w = tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "SEGMENT\tSIZE\tCREATOR\tATTACHED\tAGE")
+		for _, s := range list(sh["segments"]) {
+			fmt.Fprintf(w, "%v\t%v\t%v\t%v\t%.0fs\n", s["name"], s["size"], s["creator"], s["attached"], s["age"])
+		}
+		return w.Flush()
+	}
+	return nil
 }
 
 func list(x any) []map[string]any {

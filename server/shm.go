@@ -1,0 +1,86 @@
+package server
+
+import (
+	"github.com/syncmgr/syncmgr/shmregistry"
+	"github.com/syncmgr/syncmgr/wire"
+)
+
+// The shared-memory ops map to package shmregistry; see docs/protocol.md.
+func init() {
+	serverOps["shm_create"] = shmOp(func(c *conn, r *shmregistry.Registry, a wire.Args) (any, error) {
+		name, err := a.OptString("name")
+		if err != nil {
+			return nil, err
+		}
+		size, err := a.Int("size", 0)
+		if err != nil {
+			return nil, err
+		}
+		seg, err := r.Create(c.sess.ID, name, size)
+		if err != nil {
+			return nil, err
+		}
+		c.watchShm()
+		return c.segmentInfo(seg), nil
+	})
+	serverOps["shm_attach"] = shmOp(func(c *conn, r *shmregistry.Registry, a wire.Args) (any, error) {
+		name, err := a.String("name")
+		if err != nil {
+			return nil, err
+		}
+		seg, err := r.Attach(c.sess.ID, name)
+		if err != nil {
+			return nil, err
+		}
+		c.watchShm()
+		return c.segmentInfo(seg), nil
+	})
+	serverOps["shm_detach"] = shmOp(func(c *conn, r *shmregistry.Registry, a wire.Args) (any, error) {
+		name, err := a.String("name")
+		if err != nil {
+			return nil, err
+		}
+		r.Detach(c.sess.ID, name)
+		return nil, nil
+	})
+	serverOps["shm_unlink"] = shmOp(func(c *conn, r *shmregistry.Registry, a wire.Args) (any, error) {
+		name, err := a.String("name")
+		if err != nil {
+			return nil, err
+		}
+		return nil, r.Unlink(name)
+	})
+	serverOps["shm_list"] = shmOp(func(c *conn, r *shmregistry.Registry, a wire.Args) (any, error) {
+		used, limit := r.Usage()
+		return map[string]any{"segments": r.List(), "used": used, "limit": limit, "dir": r.Dir()}, nil
+	})
+}
+
+func shmOp(fn func(c *conn, r *shmregistry.Registry, a wire.Args) (any, error)) handler {
+	return func(c *conn, _ uint64, a wire.Args) (any, error) {
+		r := c.srv.cfg.Shm
+		if r == nil {
+			return nil, wire.Errorf(wire.CodeUnknownOp, "the shared-memory registry is disabled on this server")
+		}
+		return fn(c, r, a)
+	}
+}
+
+func (c *conn) segmentInfo(s shmregistry.Segment) map[string]any {
+	return map[string]any{"name": s.Name, "path": s.Path, "size": s.Size, "boot_id": c.srv.bootID}
+}
+
+// watchShm makes the registry forget the session's attachments when the
+// session ends (its mappings died with its processes).
+func (c *conn) watchShm() {
+	sess := c.sess
+	if _, loaded := c.srv.shmWatched.LoadOrStore(sess.ID, struct{}{}); loaded {
+		return
+	}
+	r := c.srv.cfg.Shm
+	go func() {
+		<-sess.Done()
+		r.EndSession(sess.ID)
+		c.srv.shmWatched.Delete(sess.ID)
+	}()
+}
