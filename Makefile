@@ -1,0 +1,55 @@
+# syncmgr build, test and demo targets. `make demo` and `make test` do all
+# their own set-up (Go modules, the daemon binary, a Python venv in .venv/).
+
+GO      ?= go
+PYTHON  ?= python3
+VENV    := .venv
+PY      := $(VENV)/bin/python
+BIN     := bin/syncmgr
+GOFILES := $(shell find . -name '*.go' -not -path './.venv/*' 2>/dev/null)
+
+.PHONY: all build venv test test-go test-py lint fuzz demo bench bench-smoke soak clean
+
+all: build
+
+build: $(BIN)
+
+$(BIN): $(GOFILES) go.mod go.sum
+	$(GO) build -trimpath -o $(BIN) ./cmd/syncmgr
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyclient/pyproject.toml scripts/setup-venv.sh
+	PYTHON=$(PYTHON) bash scripts/setup-venv.sh $(VENV)
+	touch $@
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+test-go: build lint
+	$(GO) test -race -count=1 ./...
+
+# Each fuzz target runs for a short, bounded time.
+FUZZTIME ?= 10s
+fuzz:
+	$(GO) test ./wire -run '^$$' -fuzz '^FuzzDecodeRequest$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./wire -run '^$$' -fuzz '^FuzzReadFrame$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./auth -run '^$$' -fuzz '^FuzzServerHandshake$$' -fuzztime $(FUZZTIME)
+
+test-py: build venv
+	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) -m pytest -q tests/python
+
+test: test-go fuzz test-py
+
+demo: build venv
+	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) examples/ray_replay_demo.py $(DEMO_ARGS)
+
+bench: build venv
+	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) bench/bench.py $(BENCH_ARGS)
+
+bench-smoke: build venv
+	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) bench/bench.py --smoke
+
+clean:
+	rm -rf bin $(VENV)
