@@ -26,6 +26,10 @@ var (
 	ErrShutdown = errors.New("server shutting down")
 	// ErrLimit: a configured limit was reached.
 	ErrLimit = errors.New("limit reached")
+	// ErrIndex: a list index out of range.
+	ErrIndex = errors.New("index error")
+	// ErrKey: a dict key that is not there.
+	ErrKey = errors.New("key error")
 	// ErrBroken: a barrier is broken.
 	ErrBroken = errors.New("broken barrier")
 )

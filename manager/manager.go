@@ -21,6 +21,12 @@ const (
 	KindEvent            Kind = "event"
 	KindValue            Kind = "value"
 	KindQueue            Kind = "queue"
+	KindJoinableQueue    Kind = "joinable_queue"
+	KindCondition        Kind = "condition"
+	KindBarrier          Kind = "barrier"
+	KindDict             Kind = "dict"
+	KindList             Kind = "list"
+	KindNamespace        Kind = "namespace"
 )
 
 // Object is implemented by every shared object.
@@ -41,10 +47,14 @@ type holder interface {
 
 // Params are the creation parameters of an object; each kind reads its own.
 type Params struct {
-	Value    int64  // Semaphore, BoundedSemaphore: initial value
-	Typecode string // Value
-	Initial  any    // Value: initial value, as carried on the wire
-	MaxSize  int64  // Queue: <= 0 means unbounded
+	Value    int64         // Semaphore, BoundedSemaphore: initial value
+	Typecode string        // Value
+	Initial  any           // Value: initial value, as carried on the wire
+	MaxSize  int64         // Queue: <= 0 means unbounded
+	Lock     string        // Condition: name of a Lock or RLock; "" for a private RLock
+	Parties  int64         // Barrier
+	Action   bool          // Barrier: the clients run an action when it trips
+	Timeout  time.Duration // Barrier: default wait timeout (Forever for none)
 }
 
 // Config sets the manager's limits.
@@ -315,9 +325,46 @@ func (m *Manager) newObject(kind Kind, name string, p Params) (Object, error) {
 			return nil, fmt.Errorf("%w: maxsize %d is over the server's limit of %d (--max-queue)", ErrValue, p.MaxSize, m.cfg.MaxQueue)
 		}
 		return newQueue(name, p.MaxSize), nil
+	case KindJoinableQueue:
+		if m.cfg.MaxQueue > 0 && p.MaxSize > m.cfg.MaxQueue {
+			return nil, fmt.Errorf("%w: maxsize %d is over the server's limit of %d (--max-queue)", ErrValue, p.MaxSize, m.cfg.MaxQueue)
+		}
+		q := newQueue(name, p.MaxSize)
+		q.joinable = true
+		return q, nil
+	case KindCondition:
+		var lock condLock = newRLock(name + ".lock")
+		if p.Lock != "" {
+			obj, err := m.lookupAny(p.Lock)
+			if err != nil {
+				return nil, err
+			}
+			l, ok := obj.(condLock)
+			if !ok {
+				return nil, fmt.Errorf("%w: a condition needs a lock or rlock, %q is a %s", ErrKindMismatch, p.Lock, obj.Kind())
+			}
+			lock = l
+		}
+		return newCondition(name, lock), nil
+	case KindBarrier:
+		return newBarrier(name, p.Parties, p.Action, p.Timeout)
+	case KindDict, KindNamespace:
+		return newDict(name, kind), nil
+	case KindList:
+		return newList(name), nil
 	default:
 		return nil, fmt.Errorf("%w: unknown kind %q", ErrValue, kind)
 	}
+}
+
+func (m *Manager) lookupAny(name string) (Object, error) {
+	m.mu.RLock()
+	e, ok := m.objects[name]
+	m.mu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrNoSuchObject, name)
+	}
+	return e.obj, nil
 }
 
 // Lookup returns the object called name, which must be of the given kind.

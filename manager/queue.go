@@ -12,11 +12,14 @@ import (
 // is cancelled goes back to the front.
 type Queue struct {
 	base
-	maxsize int64 // <= 0: unbounded
-	items   list.List
-	bytes   int64
-	getters waitQueue
-	putters waitQueue // each carries the item it wants to put
+	joinable   bool  // a JoinableQueue: counts unfinished tasks
+	unfinished int64 // items put and not yet marked done (joinable only)
+	joiners    waitQueue
+	maxsize    int64 // <= 0: unbounded
+	items      list.List
+	bytes      int64
+	getters    waitQueue
+	putters    waitQueue // each carries the item it wants to put
 }
 
 func newQueue(name string, maxsize int64) *Queue {
@@ -24,7 +27,66 @@ func newQueue(name string, maxsize int64) *Queue {
 }
 
 // Kind implements Object.
-func (q *Queue) Kind() Kind { return KindQueue }
+func (q *Queue) Kind() Kind {
+	if q.joinable {
+		return KindJoinableQueue
+	}
+	return KindQueue
+}
+
+// accepted counts a put that succeeded; called under q.mu.
+func (q *Queue) accepted() {
+	if q.joinable {
+		q.unfinished++
+	}
+}
+
+// TaskDone marks one item got from a JoinableQueue as processed; more calls
+// than items put is ErrValue.
+func (q *Queue) TaskDone() error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.joinable {
+		return fmt.Errorf("%w: task_done on a queue that is not joinable", ErrType)
+	}
+	if q.unfinished <= 0 {
+		return fmt.Errorf("%w: task_done() called too many times", ErrValue)
+	}
+	if q.unfinished--; q.unfinished == 0 {
+		for w := q.joiners.front(); w != nil; w = q.joiners.front() {
+			q.joiners.grant(w)
+		}
+	}
+	return nil
+}
+
+// Join waits until every item put has been marked done. It reports false
+// on timeout.
+func (q *Queue) Join(ctx context.Context, timeout time.Duration) (bool, error) {
+	q.mu.Lock()
+	if q.dead != nil {
+		q.mu.Unlock()
+		return false, q.dead
+	}
+	if q.unfinished == 0 {
+		q.mu.Unlock()
+		return true, nil
+	}
+	if timeout == 0 {
+		q.mu.Unlock()
+		return false, nil
+	}
+	w := newWaiter(nil, 0)
+	q.joiners.push(w)
+	return q.park(ctx, &q.joiners, w, timeout)
+}
+
+// Unfinished returns the number of unfinished tasks.
+func (q *Queue) Unfinished() int64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.unfinished
+}
 
 func (q *Queue) full() bool { return q.maxsize > 0 && int64(q.items.Len()) >= q.maxsize }
 
@@ -52,11 +114,13 @@ func (q *Queue) Put(ctx context.Context, item []byte, block bool, timeout time.D
 	if w := q.getters.front(); w != nil { // the queue is empty: hand it over
 		w.item = item
 		q.getters.grant(w)
+		q.accepted()
 		q.mu.Unlock()
 		return nil
 	}
 	if !q.full() && q.putters.len() == 0 {
 		q.pushBack(item)
+		q.accepted()
 		q.mu.Unlock()
 		return nil
 	}
@@ -116,6 +180,7 @@ func (q *Queue) admitPutter() {
 		q.pushBack(w.item)
 		w.item = nil
 		q.putters.grant(w)
+		q.accepted()
 	}
 }
 
@@ -168,4 +233,5 @@ func (q *Queue) fail(err error) {
 	q.dead = err
 	q.getters.failAll(err)
 	q.putters.failAll(err)
+	q.joiners.failAll(err)
 }

@@ -19,6 +19,7 @@ type waiter struct {
 	sess  *Session
 	tid   int64
 	item  []byte // queue item: to put (putter) or got (getter)
+	n     int64  // barrier: the party's index
 }
 
 func newWaiter(s *Session, tid int64) *waiter {

@@ -28,6 +28,8 @@ var codes = []struct {
 	{manager.ErrShutdown, wire.CodeShutdown},
 	{manager.ErrLimit, wire.CodeLimit},
 	{manager.ErrBroken, wire.CodeBroken},
+	{manager.ErrIndex, wire.CodeIndexError},
+	{manager.ErrKey, wire.CodeKeyError},
 	{shmregistry.ErrExists, wire.CodeExists},
 	{shmregistry.ErrNotFound, wire.CodeNoSuchObject},
 	{shmregistry.ErrBadName, wire.CodeBadName},

@@ -87,7 +87,7 @@ func (c *conn) handle(req *wire.Request) (any, error) {
 	}
 	kind, err := req.Args.String("kind")
 	if err != nil {
-		if _, known := opNames[req.Op]; !known {
+		if !isObjectOp(req.Op) {
 			return nil, wire.Errorf(wire.CodeUnknownOp, "unknown op %q", req.Op)
 		}
 		return nil, err
@@ -103,14 +103,16 @@ func (c *conn) handle(req *wire.Request) (any, error) {
 	return h(c, req.ID, req.Args)
 }
 
-// opNames holds every object op name, to tell an unknown op from a missing kind.
-var opNames = func() map[string]struct{} {
-	m := map[string]struct{}{}
-	for _, k := range []string{"acquire", "release", "is_set", "set", "clear", "wait", "get", "add", "cas", "put", "unget", "qsize", "empty", "full"} {
-		m[k] = struct{}{}
+// isObjectOp reports whether op is an op of some kind, to tell an unknown
+// op from a missing kind.
+func isObjectOp(op string) bool {
+	for _, ops := range objectOps {
+		if _, ok := ops[op]; ok {
+			return true
+		}
 	}
-	return m
-}()
+	return false
+}
 
 // lookup finds the object a request names and asserts its Go type.
 func lookup[T any](c *conn, a wire.Args) (T, error) {
@@ -178,8 +180,22 @@ func opCreate(c *conn, _ uint64, a wire.Args) (any, error) {
 			return nil, err
 		}
 		p.Initial = a["value"]
-	case manager.KindQueue:
+	case manager.KindQueue, manager.KindJoinableQueue:
 		if p.MaxSize, err = a.Int("maxsize", 0); err != nil {
+			return nil, err
+		}
+	case manager.KindCondition:
+		if p.Lock, err = a.OptString("lock"); err != nil {
+			return nil, err
+		}
+	case manager.KindBarrier:
+		if p.Parties, err = a.Int("parties", 0); err != nil {
+			return nil, err
+		}
+		if p.Action, err = a.Bool("action", false); err != nil {
+			return nil, err
+		}
+		if _, p.Timeout, err = blocking(a); err != nil {
 			return nil, err
 		}
 	}

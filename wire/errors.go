@@ -29,6 +29,8 @@ const (
 	CodeAuthFailed   Code = "auth_failed"    // handshake authentication failed
 	CodeVersion      Code = "version"        // no common protocol version
 	CodeBroken       Code = "broken"         // a barrier is broken
+	CodeKeyError     Code = "key_error"      // a dict key that is not there
+	CodeIndexError   Code = "index_error"    // a list index out of range
 	CodeExists       Code = "exists"         // a shared-memory segment of that name exists
 	CodeNoSpace      Code = "no_space"       // the shared-memory filesystem is full
 	CodeInternal     Code = "internal"       // a bug in the daemon

@@ -162,8 +162,6 @@ func DecodeReply(body []byte) (Reply, error) {
 	dec := decoderPool.Get().(*msgpack.Decoder)
 	defer decoderPool.Put(dec)
 	dec.Reset(rd)
-	dec.UseLooseInterfaceDecoding(true)
-	defer dec.UseLooseInterfaceDecoding(false)
 	n, err := dec.DecodeArrayLen()
 	if err != nil || n != 3 {
 		return rep, fmt.Errorf("%w: reply must be a 3-element array", ErrMalformed)
@@ -185,10 +183,69 @@ func DecodeReply(body []byte) (Reply, error) {
 	} else if en != -1 {
 		return rep, fmt.Errorf("%w: reply error must be nil or [code, message]", ErrMalformed)
 	}
-	if rep.Result, err = dec.DecodeInterface(); err != nil {
+	if rep.Result, err = decodeValue(dec, 0); err != nil {
 		return rep, fmt.Errorf("%w: reply result: %v", ErrMalformed, err)
 	}
 	return rep, nil
+}
+
+// maxDepth bounds the nesting of a decoded reply result.
+const maxDepth = 32
+
+// decodeValue decodes any value with fixed Go types: int64 (uint64 above
+// MaxInt64), float64, bool, string for str, []byte for bin, []any and
+// map[string]any, nesting at most maxDepth deep.
+func decodeValue(dec *msgpack.Decoder, depth int) (any, error) {
+	if depth > maxDepth {
+		return nil, fmt.Errorf("nested deeper than %d", maxDepth)
+	}
+	c, err := dec.PeekCode()
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case c == msgpcode.Uint64:
+		u, err := dec.DecodeUint64()
+		if err != nil || u <= math.MaxInt64 {
+			return int64(u), err
+		}
+		return u, nil
+	case msgpcode.IsFixedArray(c) || c == msgpcode.Array16 || c == msgpcode.Array32:
+		n, err := dec.DecodeArrayLen()
+		if err != nil {
+			return nil, err
+		}
+		out := make([]any, 0, min(n, 1024))
+		for i := 0; i < n; i++ {
+			v, err := decodeValue(dec, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, v)
+		}
+		return out, nil
+	case msgpcode.IsFixedMap(c) || c == msgpcode.Map16 || c == msgpcode.Map32:
+		n, err := dec.DecodeMapLen()
+		if err != nil {
+			return nil, err
+		}
+		out := make(map[string]any, min(n, 1024))
+		for i := 0; i < n; i++ {
+			k, err := dec.DecodeString()
+			if err != nil {
+				return nil, err
+			}
+			if out[k], err = decodeValue(dec, depth+1); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	case msgpcode.IsFixedNum(c) || c == msgpcode.Int8 || c == msgpcode.Int16 || c == msgpcode.Int32 || c == msgpcode.Int64 ||
+		c == msgpcode.Uint8 || c == msgpcode.Uint16 || c == msgpcode.Uint32:
+		return dec.DecodeInt64()
+	default:
+		return decodeScalar(dec)
+	}
 }
 
 var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
