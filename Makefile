@@ -8,7 +8,7 @@ PY      := $(VENV)/bin/python
 BIN     := bin/syncmgr
 GOFILES := $(shell find . -name '*.go' -not -path './.venv/*' 2>/dev/null)
 
-.PHONY: all build venv test test-go test-py lint fuzz demo bench bench-smoke soak clean
+.PHONY: all build venv test test-go test-py lint fuzz demo bench bench-smoke soak soak-smoke clean
 
 all: build
 
@@ -40,7 +40,14 @@ fuzz:
 test-py: build venv
 	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) -m pytest -q tests/python
 
-test: test-go fuzz test-py
+# The load test: many client processes, random SIGKILLs, invariants checked.
+soak: build
+	$(GO) run ./tests/soak -bin $(BIN) -clients 64 -ops 3000 -kill-every 100ms
+
+soak-smoke: build
+	$(GO) run ./tests/soak -bin $(BIN) -clients 16 -ops 400 -kill-every 50ms -max-time 120s
+
+test: test-go fuzz soak-smoke test-py
 
 demo: build venv
 	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) examples/ray_replay_demo.py $(DEMO_ARGS)

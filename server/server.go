@@ -196,6 +196,25 @@ type Stats struct {
 	MaxFrame        uint32  `msgpack:"max_frame"`
 	ObjectsListed   int     `msgpack:"objects_listed"`
 	ObjectsOmmitted int     `msgpack:"objects_omitted"`
+	Goroutines      int     `msgpack:"goroutines"`
+	RSS             int64   `msgpack:"rss"` // resident set size in bytes, 0 where unknown
+}
+
+// RSS returns this process's resident set size in bytes, or 0.
+func RSS() int64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0
+	}
+	var pages int64
+	if _, err := fmt.Sscan(f[1], &pages); err != nil {
+		return 0
+	}
+	return pages * int64(os.Getpagesize())
 }
 
 // BootID returns the host's boot id, or "" where there is none.

@@ -45,8 +45,9 @@ func runStatus(ctx context.Context, args []string) error {
 	}
 	st, _ := res.(map[string]any)
 	srv, _ := st["server"].(map[string]any)
-	fmt.Printf("syncmgr %v  pid %v  up %.0fs  %v connections  %v objects  %v sessions\n\n",
-		srv["version"], srv["pid"], srv["uptime"], srv["connections"], srv["objects"], srv["sessions"])
+	rss, _ := srv["rss"].(int64)
+	fmt.Printf("syncmgr %v  pid %v  up %.0fs  %v connections  %v objects  %v sessions  rss %.1f MiB  %v goroutines\n\n",
+		srv["version"], srv["pid"], srv["uptime"], srv["connections"], srv["objects"], srv["sessions"], float64(rss)/(1<<20), srv["goroutines"])
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "KIND\tNAME\tSTATE\tWAITERS\tREFS")
 	for _, o := range list(st["objects"]) {
