@@ -87,7 +87,12 @@ func Dial(ctx context.Context, address string, key []byte, opts ...Option) (*Cli
 		return nil, fmt.Errorf("connect to syncmgr at %s: %w", address, err)
 	}
 	if network == "tcp" && o.tls != nil {
-		tc := tls.Client(nc, o.tls)
+		cfg := o.tls
+		if cfg.ServerName == "" && !cfg.InsecureSkipVerify {
+			cfg = cfg.Clone()
+			cfg.ServerName, _, _ = net.SplitHostPort(addr)
+		}
+		tc := tls.Client(nc, cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			nc.Close()
 			return nil, fmt.Errorf("tls handshake with %s: %w", address, err)
