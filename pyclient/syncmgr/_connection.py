@@ -1,0 +1,440 @@
+"""Transport: frames, the handshake, connections and the per-process client.
+
+A :class:`Client` is one process's view of one daemon. It keeps a small
+pool of authenticated connections; a call takes a connection, sends one
+request and reads its reply, then puts the connection back. One thread thus
+never waits behind another's blocking call, and the common single-threaded
+path has no thread hand-off. All connections of a process present the same
+session id, so the daemon treats them as one client: what the process holds
+is released when its last connection closes (for instance when it is
+killed). After ``fork`` the child gets a new session id and never touches
+the parent's sockets.
+
+Socket and msgpack errors become syncmgr exceptions here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import hmac
+import itertools
+import os
+import select
+import socket
+import ssl
+import struct
+import sys
+import threading
+from typing import Any, Callable, Optional
+
+import msgpack
+
+from . import exceptions as exc
+
+PROTOCOL_VERSION = 1
+_HEADER = struct.Struct(">I")
+_HANDSHAKE_MAX = 4 << 10
+_CLIENT_LABEL = b"syncmgr/1 client"
+_SERVER_LABEL = b"syncmgr/1 server"
+CONNECT_TIMEOUT = 10.0
+
+# --- session identity, renewed in a forked child -------------------------
+
+_session_id = os.urandom(16)
+_clients: dict[str, Client] = {}
+_clients_lock = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    global _session_id, _clients_lock
+    _session_id = os.urandom(16)
+    _clients_lock = threading.Lock()
+    for c in list(_clients.values()):
+        c._forget_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def default_address() -> str:
+    """$SYNCMGR_ADDRESS, else the daemon's default socket path."""
+    addr = os.environ.get("SYNCMGR_ADDRESS")
+    if addr:
+        return addr
+    run = os.environ.get("XDG_RUNTIME_DIR")
+    if run:
+        return os.path.join(run, "syncmgr.sock")
+    return os.path.join("/tmp", f"syncmgr-{os.getuid()}", "syncmgr.sock")
+
+
+def key_from_env() -> bytes:
+    """The authkey from $SYNCMGR_AUTHKEY (hex), else the file named by $SYNCMGR_AUTHKEY_FILE."""
+    hexkey = os.environ.get("SYNCMGR_AUTHKEY")
+    if hexkey is None and os.environ.get("SYNCMGR_AUTHKEY_FILE"):
+        path = os.environ["SYNCMGR_AUTHKEY_FILE"]
+        try:
+            with open(path) as f:
+                hexkey = f.read()
+        except OSError as e:
+            raise exc.AuthenticationError(f"cannot read the authkey file named by SYNCMGR_AUTHKEY_FILE: {e}") from None
+    if hexkey is None:
+        raise exc.AuthenticationError(
+            "no syncmgr authkey: set SYNCMGR_AUTHKEY (hex) or SYNCMGR_AUTHKEY_FILE in this process's environment "
+            "(with Ray: ray.init(runtime_env=manager.runtime_env()))"
+        )
+    try:
+        key = bytes.fromhex(hexkey.strip())
+    except ValueError:
+        raise exc.AuthenticationError("the syncmgr authkey must be hex (make one with `syncmgr keygen`)") from None
+    if not key:
+        raise exc.AuthenticationError("the syncmgr authkey is empty")
+    return key
+
+
+def get_client(address: str, authkey: Optional[bytes] = None, ssl_context: Optional[ssl.SSLContext] = None) -> Client:
+    """The process's client for address (created on first use)."""
+    with _clients_lock:
+        c = _clients.get(address)
+        if c is None or (authkey is not None and c._key != authkey):
+            c = Client(address, authkey if authkey is not None else key_from_env(), ssl_context)
+            _clients[address] = c
+        return c
+
+
+# --- frames ----------------------------------------------------------------
+
+
+def _packb(obj: Any) -> bytes:
+    return msgpack.packb(obj, use_bin_type=True)
+
+
+def encode_request(rid: int, op: str, args: dict[str, Any], blob_key: Optional[str] = None,
+                   blob: Any = None) -> list[Any]:
+    """A request frame as a list of buffers. A large ``blob`` (an item or a
+    value) is not copied into the frame: it is sent as its own buffer."""
+    if blob_key is None:
+        body = _packb([rid, op, args])
+        return [_HEADER.pack(len(body)) + body]
+    n = len(args) + 1
+    parts = [b"\x93", _packb(rid), _packb(op)]
+    parts.append(bytes([0x80 | n]) if n < 16 else b"\xde" + struct.pack(">H", n))
+    for k, v in args.items():
+        parts.append(_packb(k))
+        parts.append(_packb(v))
+    parts.append(_packb(blob_key))
+    size = memoryview(blob).nbytes
+    if size < 256:
+        parts.append(b"\xc4" + bytes([size]))
+    elif size < 65536:
+        parts.append(b"\xc5" + struct.pack(">H", size))
+    else:
+        parts.append(b"\xc6" + struct.pack(">I", size))
+    prefix = b"".join(parts)
+    return [_HEADER.pack(len(prefix) + size) + prefix, blob]
+
+
+class Connection:
+    """One authenticated socket to the daemon."""
+
+    def __init__(self, address: str, key: bytes, session: bytes, ssl_context: Optional[ssl.SSLContext] = None) -> None:
+        self.address = address
+        self.sock = _connect(address, ssl_context)
+        self.max_frame = 64 << 20
+        self.boot_id = ""
+        self.closed = False
+        try:
+            self._handshake(key, session)
+        except BaseException:
+            self.close()
+            raise
+
+    def _handshake(self, key: bytes, session: bytes) -> None:
+        self.sock.settimeout(CONNECT_TIMEOUT)
+        try:
+            hello = msgpack.unpackb(self._recv_frame(_HANDSHAKE_MAX), raw=False)
+            if not isinstance(hello, dict) or hello.get("t") != "hello" or len(hello.get("nonce", b"")) != 32:
+                raise exc.ProtocolError(f"{self.address} does not speak the syncmgr protocol")
+            if PROTOCOL_VERSION not in hello.get("versions", []):
+                raise exc.ProtocolError(
+                    f"syncmgr at {self.address} speaks protocol versions {hello.get('versions')}, "
+                    f"this client {PROTOCOL_VERSION}"
+                )
+            ns = hello["nonce"]
+            nc = os.urandom(32)
+            self.max_frame = int(hello.get("max_frame", self.max_frame))
+            auth = {"t": "auth", "version": PROTOCOL_VERSION, "nonce": nc,
+                    "mac": hmac.new(key, _CLIENT_LABEL + ns + nc, hashlib.sha256).digest(),
+                    "session": session, "pid": os.getpid(),
+                    "label": f"python {sys.version_info[0]}.{sys.version_info[1]} {socket.gethostname()}"[:128]}
+            self._send([_frame(_packb(auth))])
+            welcome = msgpack.unpackb(self._recv_frame(_HANDSHAKE_MAX), raw=False)
+            if isinstance(welcome, dict) and welcome.get("t") == "error":
+                code, message = welcome.get("code", ""), welcome.get("message", "")
+                if code == "auth_failed":
+                    raise exc.AuthenticationError(
+                        f"syncmgr at {self.address} refused the authkey ({message}); check SYNCMGR_AUTHKEY"
+                    )
+                raise exc.from_code(code, f"syncmgr at {self.address}: {message}")
+            if not isinstance(welcome, dict) or welcome.get("t") != "welcome":
+                raise exc.ProtocolError(f"unexpected handshake reply from {self.address}")
+            expect = hmac.new(key, _SERVER_LABEL + nc + ns, hashlib.sha256).digest()
+            if not hmac.compare_digest(welcome.get("mac", b""), expect):
+                raise exc.AuthenticationError(f"the server at {self.address} did not prove it knows the authkey")
+            self.boot_id = welcome.get("boot_id", "")
+        except (OSError, ValueError, msgpack.UnpackException) as e:
+            if isinstance(e, exc.SyncMgrError):
+                raise
+            raise exc.ConnectError(f"handshake with syncmgr at {self.address} failed: {e}") from e
+        self.sock.settimeout(None)
+
+    def _send(self, buffers: list[Any]) -> None:
+        if len(buffers) == 1:
+            self.sock.sendall(buffers[0])
+        elif isinstance(self.sock, ssl.SSLSocket):
+            for b in buffers:
+                self.sock.sendall(b)
+        else:
+            _sendmsg_all(self.sock, buffers)
+
+    def _recv_exact(self, n: int) -> bytearray:
+        buf = bytearray(n)
+        view = memoryview(buf)
+        got = 0
+        while got < n:
+            k = self.sock.recv_into(view[got:])
+            if k == 0:
+                raise exc.ServerGoneError(f"syncmgr at {self.address} closed the connection")
+            got += k
+        return buf
+
+    def _recv_frame(self, limit: int) -> bytearray:
+        (n,) = _HEADER.unpack(self._recv_exact(4))
+        if n == 0 or n > limit:
+            raise exc.ProtocolError(f"syncmgr at {self.address} sent a frame of {n} bytes")
+        return self._recv_exact(n)
+
+    def send_requests(self, frames: list[list[Any]]) -> None:
+        flat = [b for f in frames for b in f]
+        self._send(flat)
+
+    def recv_reply(self) -> tuple[int, Any, Any]:
+        body = self._recv_frame(self.max_frame + 4096)
+        try:
+            rep = msgpack.unpackb(body, raw=False)
+            rid, err, result = rep
+        except (ValueError, TypeError, msgpack.UnpackException) as e:
+            raise exc.ProtocolError(f"malformed reply from syncmgr at {self.address}: {e}") from None
+        return rid, err, result
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            try:
+                self.sock.close()
+            except OSError:
+                pass
+
+
+def _alive(sock: socket.socket) -> bool:
+    """Whether an idle pooled socket is still open (one non-blocking peek)."""
+    if isinstance(sock, ssl.SSLSocket):
+        return True  # no peeking under TLS; a dead one fails on use
+    try:
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        if not poller.poll(0):
+            return True
+        sock.settimeout(0)
+        return sock.recv(1, socket.MSG_PEEK) != b""
+    except BlockingIOError:
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def _frame(body: bytes) -> bytes:
+    return _HEADER.pack(len(body)) + body
+
+
+def _sendmsg_all(sock: socket.socket, buffers: list[Any]) -> None:
+    views = [memoryview(b).cast("B") for b in buffers]
+    while views:
+        sent = sock.sendmsg(views[:512])
+        while sent and views:
+            if sent >= len(views[0]):
+                sent -= len(views[0])
+                views.pop(0)
+            else:
+                views[0] = views[0][sent:]
+                sent = 0
+
+
+def _connect(address: str, ssl_context: Optional[ssl.SSLContext]) -> socket.socket:
+    try:
+        if address.startswith("tcp://"):
+            hostport = address[len("tcp://"):]
+            host, _, port = hostport.rpartition(":")
+            host = host.strip("[]")
+            sock = socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if ssl_context is not None:
+                sock = ssl_context.wrap_socket(sock, server_hostname=host)
+            return sock
+        path = address[len("unix://"):] if address.startswith("unix://") else address
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(CONNECT_TIMEOUT)
+        try:
+            sock.connect(path)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+    except (OSError, ValueError) as e:
+        raise exc.ConnectError(f"cannot connect to syncmgr at {address}: {e}") from e
+
+
+# --- the per-process client --------------------------------------------------
+
+Undo = Callable[[Any], None]
+
+
+class Client:
+    """A process's connections to one daemon."""
+
+    def __init__(self, address: str, key: bytes, ssl_context: Optional[ssl.SSLContext] = None) -> None:
+        self.address = address
+        self._key = key
+        self._ssl = ssl_context
+        self._pid = os.getpid()
+        self._pool: list[Connection] = []
+        self._lock = threading.Lock()
+        self._notes: collections.deque[tuple[str, dict[str, Any]]] = collections.deque()
+        self._ids = itertools.count(1)
+        self.boot_id = ""
+        self.max_frame = 64 << 20
+
+    def _forget_after_fork(self) -> None:
+        # The parent's sockets are not ours: drop them without a word on the wire.
+        for c in self._pool:
+            c.closed = True
+            try:
+                c.sock.detach()
+            except OSError:
+                pass
+        self._pool = []
+        self._lock = threading.Lock()
+        self._notes = collections.deque()
+        self._pid = os.getpid()
+
+    def _take(self) -> Connection:
+        if self._pid != os.getpid():
+            self._forget_after_fork()
+        while True:
+            with self._lock:
+                if not self._pool:
+                    break
+                conn = self._pool.pop()
+            if _alive(conn.sock):
+                return conn
+            conn.close()  # the daemon closed it (e.g. it restarted): the others are stale too
+            self.close()
+        conn = Connection(self.address, self._key, _session_id, self._ssl)
+        self.boot_id, self.max_frame = conn.boot_id, conn.max_frame
+        return conn
+
+    def _give_back(self, conn: Connection) -> None:
+        if conn.closed or self._pid != os.getpid():
+            return
+        with self._lock:
+            if len(self._pool) < 16:
+                self._pool.append(conn)
+                return
+        conn.close()
+
+    def notify(self, op: str, args: dict[str, Any]) -> None:
+        """Queue a request that needs no reply; it goes out with the next call.
+        Safe to call from a finalizer: it does no I/O."""
+        self._notes.append((op, args))
+
+    def flush(self) -> None:
+        """Send queued notifications now."""
+        if self._notes:
+            self.call("ping", {})
+
+    def call(self, op: str, args: dict[str, Any], *, blob_key: Optional[str] = None, blob: Any = None,
+             wait: Optional[float] = 0.0, undo: Optional[Undo] = None) -> Any:
+        """Send one request and return its result.
+
+        ``wait`` is how long the daemon may take to answer because the op
+        blocks (None: for ever); the socket waits that long plus a margin.
+        When the wait is interrupted (Ctrl-C), the request is cancelled on the
+        daemon and ``undo`` gets any result that raced in, so nothing is
+        taken in the caller's name.
+        """
+        conn = self._take()
+        rid = next(self._ids)
+        frames = []
+        while self._notes:
+            try:
+                nop, nargs = self._notes.popleft()
+            except IndexError:
+                break
+            frames.append(encode_request(0, nop, nargs))
+        frames.append(encode_request(rid, op, args, blob_key, blob))
+        if blob is not None and memoryview(blob).nbytes + 1024 > conn.max_frame:
+            self._give_back(conn)
+            raise exc.FrameTooLargeError(
+                f"a value of {memoryview(blob).nbytes} bytes is over the daemon's frame limit of {conn.max_frame}"
+            )
+        try:
+            conn.sock.settimeout(None if wait is None else wait + 30.0)
+            conn.send_requests(frames)
+            rep_id, err, result = conn.recv_reply()
+            while rep_id != rid:  # a stray reply (e.g. to a cancel); skip it
+                if rep_id == 0 and err:
+                    raise exc.from_code(err[0], err[1])
+                rep_id, err, result = conn.recv_reply()
+        except KeyboardInterrupt:
+            self._interrupted(conn, rid, undo)
+            raise
+        except exc.SyncMgrError:
+            conn.close()
+            raise
+        except socket.timeout:
+            conn.close()
+            raise exc.ServerGoneError(f"syncmgr at {self.address} did not answer {op!r} in time") from None
+        except OSError as e:
+            conn.close()
+            raise exc.ServerGoneError(f"lost the connection to syncmgr at {self.address}: {e}") from None
+        except BaseException:
+            conn.close()
+            raise
+        self._give_back(conn)
+        if err is not None:
+            raise exc.from_code(err[0], err[1])
+        return result
+
+    def _interrupted(self, conn: Connection, rid: int, undo: Optional[Undo]) -> None:
+        """Cancel rid on the daemon and give back a grant that raced in."""
+        try:
+            conn.sock.settimeout(5.0)
+            conn.send_requests([encode_request(0, "cancel", {"id": rid})])
+            while True:
+                rep_id, err, result = conn.recv_reply()
+                if rep_id == rid:
+                    break
+            conn.sock.settimeout(None)
+            self._give_back(conn)
+            if err is None and undo is not None:
+                undo(result)
+        except BaseException:
+            conn.close()
+
+    def close(self) -> None:
+        """Close every idle connection (a call afterwards reconnects)."""
+        with self._lock:
+            pool, self._pool = self._pool, []
+        for c in pool:
+            c.close()

@@ -1,0 +1,331 @@
+"""The manager: a drop-in for ``multiprocessing.Manager()``.
+
+``Manager()`` with no address starts an embedded daemon on a private socket
+with a fresh key; ``connect()`` (or ``Manager(address=...)``) talks to a
+daemon that is already running.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import signal
+import ssl
+import subprocess
+import tempfile
+import time
+from typing import Any, Optional
+
+from . import _proxies as px
+from . import exceptions as exc
+from . import shared_memory as shm
+from ._connection import Client, default_address, get_client, key_from_env
+
+__all__ = ["Manager", "connect", "find_binary"]
+
+
+def find_binary() -> str:
+    """The syncmgr daemon binary: $SYNCMGR_BIN, one shipped in the package,
+    the repository's build (bin/syncmgr), or one on PATH."""
+    env = os.environ.get("SYNCMGR_BIN")
+    if env:
+        if not os.access(env, os.X_OK):
+            raise exc.SyncMgrError(f"SYNCMGR_BIN={env} is not an executable file")
+        return env
+    here = os.path.dirname(os.path.abspath(__file__))
+    for cand in (os.path.join(here, "_bin", "syncmgr"),
+                 os.path.join(os.path.dirname(os.path.dirname(here)), "bin", "syncmgr")):
+        if os.access(cand, os.X_OK):
+            return cand
+    found = shutil.which("syncmgr")
+    if found:
+        return found
+    raise exc.SyncMgrError(
+        "cannot find the syncmgr daemon binary: build it with `make build` "
+        "(or `go build -o bin/syncmgr ./cmd/syncmgr`) in the syncmgr repository, "
+        "put it on PATH, or point SYNCMGR_BIN at it"
+    )
+
+
+class Manager:
+    """A syncmgr manager, with the object factories of ``SyncManager``.
+
+    ``Manager()`` starts (on ``start()`` or ``with``) a private daemon and
+    exports ``SYNCMGR_ADDRESS`` and ``SYNCMGR_AUTHKEY`` into ``os.environ``
+    so that child processes find it; ``shutdown()`` (also at exit, and when
+    this process dies) stops it and everything it owns.
+    ``Manager(address, authkey)`` uses a running daemon instead.
+    """
+
+    def __init__(self, address: Optional[str] = None, authkey: Optional[bytes] = None, *,
+                 ssl_context: Optional[ssl.SSLContext] = None, log_level: str = "warn",
+                 daemon_args: tuple[str, ...] = ()) -> None:
+        self._embedded = address is None
+        self._address = address
+        self._authkey = authkey
+        self._ssl = ssl_context
+        self._log_level = log_level
+        self._daemon_args = tuple(daemon_args)
+        self._proc: Optional[subprocess.Popen[bytes]] = None
+        self._dir: Optional[str] = None
+        self._client: Optional[Client] = None
+        self._state = "initial"
+
+    # --- lifecycle -----------------------------------------------------------
+
+    def start(self) -> Manager:
+        """Start the embedded daemon (or connect to the given one)."""
+        if self._state == "started":
+            return self
+        if self._state == "shutdown":
+            raise exc.SyncMgrError("this manager has been shut down")
+        if self._embedded:
+            self._start_daemon()
+        else:
+            key = self._authkey if self._authkey is not None else key_from_env()
+            self._client = get_client(self._address or default_address(), key, self._ssl)
+            self._client.call("ping", {})
+        self._state = "started"
+        return self
+
+    def _start_daemon(self) -> None:
+        binary = find_binary()
+        self._dir = tempfile.mkdtemp(prefix="syncmgr-", dir="/tmp")
+        sock = os.path.join(self._dir, "syncmgr.sock")
+        key = self._authkey if self._authkey is not None else os.urandom(32)
+        env = dict(os.environ, SYNCMGR_AUTHKEY=key.hex())
+        env.pop("SYNCMGR_AUTHKEY_FILE", None)
+        log = open(os.path.join(self._dir, "daemon.log"), "wb")
+        try:
+            self._proc = subprocess.Popen(
+                [binary, "serve", "--socket", sock, "--log-level", self._log_level,
+                 "--exit-with-parent", str(os.getpid()), *self._daemon_args],
+                env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+            )
+        finally:
+            log.close()
+        deadline = time.monotonic() + 15.0
+        while True:
+            if self._proc.poll() is not None:
+                tail = self._log_tail()
+                self._cleanup_dir()
+                raise exc.SyncMgrError(f"the syncmgr daemon exited at start (status {self._proc.returncode}):\n{tail}")
+            if os.path.exists(sock):
+                try:
+                    self._client = get_client(sock, key, None)
+                    self._client.call("ping", {})
+                    break
+                except exc.ConnectError:
+                    pass
+            if time.monotonic() > deadline:
+                self._stop_daemon()
+                raise exc.SyncMgrError(f"the syncmgr daemon did not start in 15 s:\n{self._log_tail()}")
+            time.sleep(0.005)
+        self._address = sock
+        self._authkey = key
+        os.environ["SYNCMGR_ADDRESS"] = sock
+        os.environ["SYNCMGR_AUTHKEY"] = key.hex()
+        atexit.register(self.shutdown)
+
+    def _log_tail(self) -> str:
+        try:
+            with open(os.path.join(self._dir or "", "daemon.log"), "rb") as f:
+                return f.read()[-4000:].decode(errors="replace")
+        except OSError:
+            return "(no daemon log)"
+
+    def _stop_daemon(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+        self._cleanup_dir()
+
+    def _cleanup_dir(self) -> None:
+        if self._dir:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+    def shutdown(self) -> None:
+        """Stop the embedded daemon (a connected manager just closes its connections)."""
+        if self._state != "started":
+            self._state = "shutdown"
+            return
+        self._state = "shutdown"
+        if self._client is not None:
+            self._client.close()
+        if self._embedded:
+            if os.environ.get("SYNCMGR_ADDRESS") == self._address:
+                os.environ.pop("SYNCMGR_ADDRESS", None)
+                os.environ.pop("SYNCMGR_AUTHKEY", None)
+            self._stop_daemon()
+            try:
+                atexit.unregister(self.shutdown)
+            except Exception:  # noqa: BLE001
+                pass
+
+    def __enter__(self) -> Manager:
+        return self.start()
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.shutdown()
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A manager pickles to a client of the same daemon; the key comes from
+        # the receiving process's environment.
+        return (connect, (self.address,))
+
+    def __repr__(self) -> str:
+        kind = "embedded" if self._embedded else "connected"
+        return f"<syncmgr.Manager {kind} {self._state} at {self._address}>"
+
+    # --- information -----------------------------------------------------------
+
+    @property
+    def address(self) -> str:
+        """The daemon's address (a socket path or tcp://host:port)."""
+        if self._address is None:
+            raise exc.SyncMgrError("the manager has not been started")
+        return self._address
+
+    @property
+    def pid(self) -> Optional[int]:
+        """The embedded daemon's process id."""
+        return self._proc.pid if self._proc is not None else None
+
+    def runtime_env(self) -> dict[str, Any]:
+        """A Ray runtime_env that lets workers reach this daemon."""
+        key = self._authkey if self._authkey is not None else key_from_env()
+        return {"env_vars": {"SYNCMGR_ADDRESS": self.address, "SYNCMGR_AUTHKEY": key.hex()}}
+
+    def _c(self) -> Client:
+        if self._state == "initial":
+            self.start()
+        if self._client is None or self._state != "started":
+            raise exc.SyncMgrError("this manager has been shut down")
+        return self._client
+
+    def status(self, limit: int = 10000) -> dict[str, Any]:
+        """The daemon's status: server counters, objects and sessions."""
+        return self._c().call("status", {"limit": limit})
+
+    def delete(self, name: str) -> bool:
+        """Delete a named object now; returns whether it existed."""
+        return bool(self._c().call("delete", {"name": name}))
+
+    # --- factories ---------------------------------------------------------------
+
+    def _create(self, cls: type[px.BaseProxy], name: Optional[str], state: Any = None, **params: Any) -> Any:
+        client = self._c()
+        args: dict[str, Any] = {"kind": cls._kind, **params}
+        if name is not None:
+            args["name"] = name
+        res = client.call("create", args)
+        p = cls.__new__(cls)
+        p._bind(client, res["name"], owned=True)
+        p._setstate(state)
+        return p
+
+    def Lock(self, name: Optional[str] = None) -> px.LockProxy:  # noqa: N802
+        return self._create(px.LockProxy, name)
+
+    def RLock(self, name: Optional[str] = None) -> px.RLockProxy:  # noqa: N802
+        return self._create(px.RLockProxy, name)
+
+    def Semaphore(self, value: int = 1, name: Optional[str] = None) -> px.SemaphoreProxy:  # noqa: N802
+        if value < 0:
+            raise ValueError("semaphore initial value must be >= 0")
+        return self._create(px.SemaphoreProxy, name, value=value)
+
+    def BoundedSemaphore(self, value: int = 1, name: Optional[str] = None) -> px.BoundedSemaphoreProxy:  # noqa: N802
+        if value < 0:
+            raise ValueError("semaphore initial value must be >= 0")
+        return self._create(px.BoundedSemaphoreProxy, name, value=value)
+
+    def Event(self, name: Optional[str] = None) -> px.EventProxy:  # noqa: N802
+        return self._create(px.EventProxy, name)
+
+    def Condition(self, lock: Optional[px.AcquirerProxy] = None, name: Optional[str] = None) -> px.ConditionProxy:  # noqa: N802
+        params = {}
+        if lock is not None:
+            if not isinstance(lock, (px.LockProxy, px.RLockProxy)):
+                raise TypeError("Condition needs a syncmgr Lock or RLock")
+            params["lock"] = lock.name
+        return self._create(px.ConditionProxy, name, **params)
+
+    def Barrier(self, parties: int, action: Any = None, timeout: Optional[float] = None,  # noqa: N802
+                name: Optional[str] = None) -> px.BarrierProxy:
+        return self._create(px.BarrierProxy, name, state=(action, timeout), parties=parties,
+                            action=action is not None)
+
+    def Value(self, typecode: Any, value: Any = None, lock: bool = True, name: Optional[str] = None) -> Any:  # noqa: N802
+        """A shared value. With ``lock=False`` and a ctypes type or typecode it is
+        a raw ctypes object in shared memory, as ``multiprocessing.Value(lock=False)``
+        (what cpprb's default backend asks for); otherwise a daemon-held value
+        with atomic ``add`` and ``compare_and_set``."""
+        if lock is False and not isinstance(typecode, str) or lock is False and typecode in shm._TYPECODES:
+            args = () if value is None else (value,)
+            return shm.RawValue(self._c(), typecode, *args, name=name)
+        code = px.wire_typecode(typecode)
+        if code == "O":
+            p = self._create(px.ValueProxy, name, state="O", typecode="O")
+            if value is not None:
+                p.set(value)
+            return p
+        if value is None:
+            value = False if code == "?" else (b"\x00" if code == "c" else 0)
+        proto = px.ValueProxy.__new__(px.ValueProxy)
+        proto._code = code
+        return self._create(px.ValueProxy, name, state=code, typecode=code, value=proto._encode(value))
+
+    def Queue(self, maxsize: int = 0, name: Optional[str] = None) -> px.QueueProxy:  # noqa: N802
+        return self._create(px.QueueProxy, name, maxsize=maxsize)
+
+    def JoinableQueue(self, maxsize: int = 0, name: Optional[str] = None) -> px.JoinableQueueProxy:  # noqa: N802
+        return self._create(px.JoinableQueueProxy, name, maxsize=maxsize)
+
+    # --- shared memory -----------------------------------------------------------
+
+    def SharedMemory(self, name: Optional[str] = None, create: bool = False, size: int = 0) -> shm.SharedMemory:  # noqa: N802
+        """A daemon-owned segment with the interface of multiprocessing.shared_memory.SharedMemory."""
+        return shm.SharedMemory(name, create, size, client=self._c())
+
+    def ndarray(self, shape: Any, dtype: Any = float, name: Optional[str] = None) -> Any:
+        """A zero-filled numpy array in a daemon-owned segment; pickles by name, zero-copy."""
+        return shm.ndarray(self._c(), shape, dtype, name)
+
+    def Array(self, typecode_or_type: Any, size_or_initializer: Any, lock: bool = True,  # noqa: N802
+              name: Optional[str] = None) -> Any:
+        """A ctypes array in a daemon-owned segment, as multiprocessing.Array."""
+        raw = shm.RawArray(self._c(), typecode_or_type, size_or_initializer, name=name)
+        if lock is False:
+            return raw
+        lk = self.RLock() if lock is True else lock
+        return shm.SynchronizedArray(raw, lk)
+
+    def RawArray(self, typecode_or_type: Any, size_or_initializer: Any) -> Any:  # noqa: N802
+        return shm.RawArray(self._c(), typecode_or_type, size_or_initializer)
+
+    def RawValue(self, typecode_or_type: Any, *args: Any) -> Any:  # noqa: N802
+        return shm.RawValue(self._c(), typecode_or_type, *args)
+
+
+def connect(address: Optional[str] = None, authkey: Optional[bytes] = None, *,
+            ssl_context: Optional[ssl.SSLContext] = None) -> Manager:
+    """A manager for a running daemon: address defaults to $SYNCMGR_ADDRESS,
+    authkey to $SYNCMGR_AUTHKEY (hex) or the file named by $SYNCMGR_AUTHKEY_FILE."""
+    m = Manager(address or default_address(), authkey, ssl_context=ssl_context)
+    m._state = "started"
+    key = authkey if authkey is not None else key_from_env()
+    m._authkey = key
+    m._client = get_client(m._address or default_address(), key, ssl_context)
+    return m
+

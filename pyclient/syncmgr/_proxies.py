@@ -1,0 +1,418 @@
+"""Proxies: local handles on objects held by the daemon.
+
+A proxy is (client, kind, name). It pickles as (proxy class, daemon
+address, name, what the class needs); unpickling binds it to the receiving
+process's client for that address, which connects lazily with the key from
+that process's environment. The authkey is never pickled.
+
+Anonymous objects are reference counted by the daemon: each proxy instance
+holds one reference, taken by ``create`` for the creating proxy and by an
+``incref`` sent with the first call of an unpickled one, and dropped by a
+``decref`` queued when the proxy is garbage collected.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import pickle
+import queue
+import threading
+import time
+import weakref
+from typing import Any, Callable, ClassVar, Optional
+
+from . import exceptions as exc
+from ._connection import Client, get_client
+
+_PICKLE_PROTOCOL = 5
+
+
+def _dumps(obj: Any) -> Any:
+    """Pickle obj; large out-of-band buffers (numpy) are joined once, not copied twice."""
+    return pickle.dumps(obj, protocol=_PICKLE_PROTOCOL)
+
+
+def _loads(b: Any) -> Any:
+    return pickle.loads(b)
+
+
+def _rebuild(cls: type[BaseProxy], address: str, name: str, state: Any) -> BaseProxy:
+    p = cls.__new__(cls)
+    p._bind(get_client(address), name, owned=False)
+    p._setstate(state)
+    return p
+
+
+class BaseProxy:
+    """Common behaviour of all proxies."""
+
+    _kind: ClassVar[str] = ""
+    _client: Client
+    _name: str
+
+    def _bind(self, client: Client, name: str, owned: bool) -> None:
+        self._client = client
+        self._name = name
+        self._anon = name.startswith("anon-")
+        self._shared = False
+        self._referenced = owned
+        if self._anon and owned:
+            weakref.finalize(self, client.notify, "decref", {"name": name})
+
+    def _setstate(self, state: Any) -> None:
+        pass
+
+    def _getstate(self) -> Any:
+        return None
+
+    @property
+    def name(self) -> str:
+        """The object's name on the daemon (generated for anonymous objects)."""
+        return self._name
+
+    def _args(self, args: dict[str, Any]) -> dict[str, Any]:
+        if self._anon and not self._referenced:
+            self._referenced = True
+            self._client.notify("incref", {"name": self._name})
+            weakref.finalize(self, self._client.notify, "decref", {"name": self._name})
+        args["kind"] = self._kind
+        args["name"] = self._name
+        return args
+
+    def _call(self, op: str, **args: Any) -> Any:
+        return self._client.call(op, self._args(args))
+
+    def _call_blocking(self, op: str, wait: Optional[float], undo: Any = None, blob_key: Optional[str] = None,
+                       blob: Any = None, **args: Any) -> Any:
+        return self._client.call(op, self._args(args), wait=wait, undo=undo, blob_key=blob_key, blob=blob)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        if self._anon and not self._shared:
+            # Synchronous, so the object outlives this process's references
+            # even if the pickle is unpickled much later.
+            self._client.call("share", {"name": self._name})
+            self._shared = True
+        return (_rebuild, (type(self), self._client.address, self._name, self._getstate()))
+
+    def delete(self) -> bool:
+        """Delete the object on the daemon now (for named objects)."""
+        return bool(self._client.call("delete", {"name": self._name}))
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self._name!r} at {self._client.address}>"
+
+
+def _timeout_arg(blocking: bool, timeout: Optional[float], *, minus_one_forever: bool) -> Optional[float]:
+    """Validate a threading/queue style timeout; None means wait for ever."""
+    if timeout is None:
+        return None
+    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool):
+        raise TypeError("timeout must be a number or None")
+    if minus_one_forever and timeout == -1:
+        return None
+    if math.isnan(timeout) or timeout < 0:
+        raise ValueError("timeout value must be a non-negative number" if minus_one_forever
+                         else "'timeout' must be a non-negative number")
+    if math.isinf(timeout):
+        return None
+    return float(timeout)
+
+
+class AcquirerProxy(BaseProxy):
+    """Lock, RLock, Semaphore and BoundedSemaphore, as SyncManager's AcquirerProxy."""
+
+    def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> bool:
+        tid = threading.get_ident()
+        if not blocking:
+            if timeout is not None and timeout != -1:
+                raise ValueError("can't specify a timeout for a non-blocking call")
+            return bool(self._call("acquire", block=False, tid=tid))
+        t = _timeout_arg(True, timeout, minus_one_forever=True)
+        return bool(self._call_blocking("acquire", t, undo=self._undo_acquire, tid=tid, timeout=t))
+
+    def _undo_acquire(self, got: Any) -> None:
+        if got is True:
+            self._client.call("release", self._args({"tid": threading.get_ident()}))
+
+    def release(self) -> None:
+        self._call("release", tid=threading.get_ident())
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.release()
+
+
+class LockProxy(AcquirerProxy):
+    _kind = "lock"
+
+
+class RLockProxy(AcquirerProxy):
+    _kind = "rlock"
+
+
+class SemaphoreProxy(AcquirerProxy):
+    _kind = "semaphore"
+
+
+class BoundedSemaphoreProxy(AcquirerProxy):
+    _kind = "bounded_semaphore"
+
+
+class EventProxy(BaseProxy):
+    """A shared threading.Event."""
+
+    _kind = "event"
+
+    def is_set(self) -> bool:
+        return bool(self._call("is_set"))
+
+    def set(self) -> None:
+        self._call("set")
+
+    def clear(self) -> None:
+        self._call("clear")
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        if timeout is not None and not math.isnan(timeout) and timeout < 0:
+            timeout = 0.0
+        t = _timeout_arg(True, timeout, minus_one_forever=False)
+        return bool(self._call_blocking("wait", t, timeout=t))
+
+
+# Wire typecodes the daemon stores as numbers (it can add and cas them).
+_NUMERIC = set("bBhHiIlLqQfd?")
+_CTYPE_CODES = {
+    ctypes.c_byte: "b", ctypes.c_ubyte: "B", ctypes.c_short: "h", ctypes.c_ushort: "H",
+    ctypes.c_int: "i", ctypes.c_uint: "I", ctypes.c_long: "l", ctypes.c_ulong: "L",
+    ctypes.c_longlong: "q", ctypes.c_ulonglong: "Q", ctypes.c_float: "f", ctypes.c_double: "d",
+    ctypes.c_bool: "?", ctypes.c_char: "c", ctypes.c_int8: "b", ctypes.c_uint8: "B",
+    ctypes.c_int16: "h", ctypes.c_uint16: "H", ctypes.c_int32: "i", ctypes.c_uint32: "I",
+    ctypes.c_int64: "q", ctypes.c_uint64: "Q", ctypes.c_size_t: "L", ctypes.c_ssize_t: "l",
+}
+
+
+def wire_typecode(typecode: Any) -> str:
+    """The daemon's typecode for a Python typecode or ctypes type; anything
+    else is stored as a pickle ('O')."""
+    if isinstance(typecode, str):
+        return typecode if typecode in _NUMERIC or typecode == "c" else "O"
+    return _CTYPE_CODES.get(typecode, "O")
+
+
+class ValueProxy(BaseProxy):
+    """A shared value, as SyncManager's ValueProxy, plus atomic add and compare-and-set.
+
+    Numeric typecodes are stored as numbers by the daemon; ``add`` and
+    ``compare_and_set`` run there atomically, with no lock round trips.
+    """
+
+    _kind = "value"
+    _code: str
+
+    def _setstate(self, state: Any) -> None:
+        self._code = state
+
+    def _getstate(self) -> Any:
+        return self._code
+
+    @property
+    def typecode(self) -> str:
+        return self._code
+
+    def _encode(self, v: Any) -> Any:
+        if self._code == "O":
+            return _dumps(v)
+        if self._code == "c":
+            if isinstance(v, int):
+                v = bytes([v])
+            if not isinstance(v, (bytes, bytearray)) or len(v) != 1:
+                raise TypeError("a value of typecode 'c' holds one byte")
+            return bytes(v)
+        if hasattr(v, "item") and not isinstance(v, (int, float, bool)):  # numpy scalars
+            v = v.item()
+        if not isinstance(v, (int, float, bool)):
+            raise TypeError(f"a value of typecode {self._code!r} holds numbers, not {type(v).__name__}")
+        return v
+
+    def _decode(self, v: Any) -> Any:
+        return _loads(v) if self._code == "O" else v
+
+    def get(self) -> Any:
+        return self._decode(self._call("get"))
+
+    def set(self, value: Any) -> None:
+        if self._code == "O":
+            self._call_blocking("set", 0.0, blob_key="value", blob=_dumps(value))
+        else:
+            self._call("set", value=self._encode(value))
+
+    value = property(get, set)
+
+    def add(self, delta: Any = 1) -> Any:
+        """Add delta atomically on the daemon and return the new value."""
+        return self._call("add", delta=self._encode(delta))
+
+    def compare_and_set(self, expected: Any, new: Any) -> bool:
+        """Replace the value with new if it equals expected, atomically."""
+        return bool(self._call("cas", expected=self._encode(expected), new=self._encode(new)))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._code!r}, {self.get()!r})"
+
+
+class QueueProxy(BaseProxy):
+    """A shared queue.Queue. Items are pickled (protocol 5)."""
+
+    _kind = "queue"
+
+    def put(self, item: Any, block: bool = True, timeout: Optional[float] = None) -> None:
+        data = _dumps(item)
+        if not block:
+            t: Optional[float] = 0.0
+            wait: Optional[float] = 0.0
+        else:
+            t = _timeout_arg(True, timeout, minus_one_forever=False)
+            wait = t
+        try:
+            self._call_blocking("put", wait, blob_key="item", blob=data, block=block, timeout=t)
+        except exc.SyncMgrError as e:
+            if e.code == "full":
+                raise queue.Full from None
+            raise
+
+    def get(self, block: bool = True, timeout: Optional[float] = None) -> Any:
+        if not block:
+            t: Optional[float] = 0.0
+        else:
+            t = _timeout_arg(True, timeout, minus_one_forever=False)
+        try:
+            data = self._call_blocking("get", t, undo=self._undo_get, block=block, timeout=t)
+        except exc.SyncMgrError as e:
+            if e.code == "empty":
+                raise queue.Empty from None
+            raise
+        return _loads(data)
+
+    def _undo_get(self, data: Any) -> None:
+        if isinstance(data, (bytes, bytearray)):
+            self._client.call("unget", self._args({}), blob_key="item", blob=data)
+
+    def put_nowait(self, item: Any) -> None:
+        self.put(item, block=False)
+
+    def get_nowait(self) -> Any:
+        return self.get(block=False)
+
+    def qsize(self) -> int:
+        return int(self._call("qsize"))
+
+    def empty(self) -> bool:
+        return bool(self._call("empty"))
+
+    def full(self) -> bool:
+        return bool(self._call("full"))
+
+
+class JoinableQueueProxy(QueueProxy):
+    """A shared JoinableQueue: a Queue with task_done and join."""
+
+    _kind = "joinable_queue"
+
+    def task_done(self) -> None:
+        try:
+            self._call("task_done")
+        except exc.SyncMgrValueError as e:
+            raise ValueError("task_done() called too many times") from e
+
+    def join(self, timeout: Optional[float] = None) -> bool:
+        """Wait until every item put has been marked done (timeout: extension, returns False on expiry)."""
+        t = _timeout_arg(True, timeout, minus_one_forever=False)
+        return bool(self._call_blocking("join", t, timeout=t))
+
+
+class ConditionProxy(AcquirerProxy):
+    """A shared threading.Condition over a syncmgr Lock or RLock."""
+
+    _kind = "condition"
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        if timeout is not None and not math.isnan(timeout) and timeout < 0:
+            timeout = 0.0
+        t = _timeout_arg(True, timeout, minus_one_forever=False)
+        return bool(self._call_blocking("wait", t, tid=threading.get_ident(), timeout=t))
+
+    def wait_for(self, predicate: Callable[[], Any], timeout: Optional[float] = None) -> Any:
+        endtime = None if timeout is None else time.monotonic() + timeout
+        result = predicate()
+        while not result:
+            if endtime is not None:
+                remaining = endtime - time.monotonic()
+                if remaining <= 0:
+                    break
+                self.wait(remaining)
+            else:
+                self.wait()
+            result = predicate()
+        return result
+
+    def notify(self, n: int = 1) -> None:
+        self._call("notify", tid=threading.get_ident(), n=n)
+
+    def notify_all(self) -> None:
+        self._call("notify_all", tid=threading.get_ident())
+
+    notifyAll = notify_all  # noqa: N815 - the old threading name
+
+
+class BarrierProxy(BaseProxy):
+    """A shared threading.Barrier. The action runs in the process of the last
+    party to arrive, before the others are released."""
+
+    _kind = "barrier"
+    _action: Optional[Callable[[], Any]]
+    _timeout: Optional[float]
+
+    def _setstate(self, state: Any) -> None:
+        self._action, self._timeout = state
+
+    def _getstate(self) -> Any:
+        return (self._action, self._timeout)
+
+    def wait(self, timeout: Optional[float] = None) -> int:
+        if timeout is None:
+            timeout = self._timeout
+        t = _timeout_arg(True, timeout, minus_one_forever=False)
+        try:
+            res = self._call_blocking("wait", t, timeout=t)
+        except exc.BrokenBarrierError:
+            raise
+        if res.get("action"):
+            try:
+                if self._action is not None:
+                    self._action()
+            except BaseException:
+                self._call("action_done", ok=False)
+                raise
+            self._call("action_done", ok=True)
+        return int(res["index"])
+
+    def abort(self) -> None:
+        self._call("abort")
+
+    def reset(self) -> None:
+        self._call("reset")
+
+    @property
+    def parties(self) -> int:
+        return int(self._call("parties"))
+
+    @property
+    def n_waiting(self) -> int:
+        return int(self._call("n_waiting"))
+
+    @property
+    def broken(self) -> bool:
+        return bool(self._call("broken"))

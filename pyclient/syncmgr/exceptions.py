@@ -1,0 +1,137 @@
+"""The exceptions of syncmgr.
+
+Every error the client raises on its own account derives from
+:class:`SyncMgrError`::
+
+    SyncMgrError
+    ├── ConnectError              cannot reach the daemon (names the address)
+    ├── AuthenticationError       wrong or missing authkey, or an impostor server
+    ├── ServerGoneError           the daemon died or closed the connection mid-call
+    ├── ShuttingDownError         the daemon is stopping
+    ├── ProtocolError             the daemon sent something this client cannot read
+    │   └── FrameTooLargeError    a message over the daemon's frame limit
+    ├── ObjectError
+    │   ├── NoSuchObjectError     no object of that name (deleted, or daemon restarted)
+    │   ├── KindMismatchError     the name belongs to an object of another kind
+    │   └── BadNameError          (also ValueError)
+    ├── NotOwnerError             (also RuntimeError) release of a lock not held
+    ├── SyncMgrValueError         (also ValueError)
+    ├── SyncMgrTypeError          (also TypeError)
+    ├── LimitError                a daemon limit was reached
+    ├── CancelledError            a request was cancelled
+    ├── DeletedError              the object was deleted while the call waited
+    └── BrokenBarrierError        (also threading.BrokenBarrierError)
+
+Where the standard library has an exception for the same condition the
+client raises that one, as the proxies of ``multiprocessing`` do:
+``queue.Empty``, ``queue.Full``, ``KeyError``, ``IndexError``,
+``FileExistsError`` and ``FileNotFoundError`` (shared memory).
+"""
+
+from __future__ import annotations
+
+import threading
+
+
+class SyncMgrError(Exception):
+    """Root of the syncmgr exception tree."""
+
+    code: str = ""
+
+
+class ConnectError(SyncMgrError, ConnectionError):
+    """The daemon cannot be reached at the given address."""
+
+
+class AuthenticationError(SyncMgrError):
+    """The authkey is wrong or missing, or the server did not prove it knows it."""
+
+
+class ServerGoneError(SyncMgrError, ConnectionError):
+    """The daemon died or closed the connection while a call was in progress."""
+
+
+class ShuttingDownError(ServerGoneError):
+    """The daemon is shutting down."""
+
+
+class ProtocolError(SyncMgrError):
+    """The daemon sent something this client cannot understand."""
+
+
+class FrameTooLargeError(ProtocolError, ValueError):
+    """A message is larger than the daemon's frame limit."""
+
+
+class ObjectError(SyncMgrError):
+    """An error about a named object."""
+
+
+class NoSuchObjectError(ObjectError, LookupError):
+    """No object has that name (it was deleted, or the daemon restarted)."""
+
+
+class KindMismatchError(ObjectError, TypeError):
+    """The name belongs to an object of another kind."""
+
+
+class BadNameError(ObjectError, ValueError):
+    """The name breaks the naming rules."""
+
+
+class NotOwnerError(SyncMgrError, RuntimeError):
+    """Release of a lock that is not held (by the caller, for an RLock)."""
+
+
+class SyncMgrValueError(SyncMgrError, ValueError):
+    """An argument out of range."""
+
+
+class SyncMgrTypeError(SyncMgrError, TypeError):
+    """An argument of the wrong type for the object."""
+
+
+class LimitError(SyncMgrError):
+    """A limit configured on the daemon was reached."""
+
+
+class CancelledError(SyncMgrError):
+    """The request was cancelled."""
+
+
+class DeletedError(ObjectError):
+    """The object was deleted while the call waited on it."""
+
+
+class BrokenBarrierError(SyncMgrError, threading.BrokenBarrierError):
+    """The barrier is broken."""
+
+
+_BY_CODE: dict[str, type[SyncMgrError]] = {
+    "no_such_object": NoSuchObjectError,
+    "kind_mismatch": KindMismatchError,
+    "bad_name": BadNameError,
+    "not_owner": NotOwnerError,
+    "value_error": SyncMgrValueError,
+    "type_error": SyncMgrTypeError,
+    "cancelled": CancelledError,
+    "deleted": DeletedError,
+    "shutting_down": ShuttingDownError,
+    "too_large": FrameTooLargeError,
+    "limit": LimitError,
+    "auth_failed": AuthenticationError,
+    "broken": BrokenBarrierError,
+    "bad_request": ProtocolError,
+    "unknown_op": ProtocolError,
+    "version": ProtocolError,
+}
+
+
+def from_code(code: str, message: str) -> SyncMgrError:
+    """The exception for a wire error code (unknown codes give SyncMgrError)."""
+    exc = _BY_CODE.get(code, SyncMgrError)(message)
+    exc.code = code
+    return exc
+
+
+__all__ = [name for name in dir() if name.endswith("Error")]
