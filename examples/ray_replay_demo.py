@@ -124,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  wall time            {wall:.1f} s")
     leftovers = [f for f in os.listdir("/dev/shm") if f.startswith("syncmgr-")] if os.path.isdir("/dev/shm") else []
     if stats["stored"] != min(added, args.buffer_size):
-        print(f"error: buffer holds {stats['stored']} transitions, expected {min(added, args.buffer_size)}", file=sys.stderr)
+        expected = min(added, args.buffer_size)
+        print(f"error: buffer holds {stats['stored']} transitions, expected {expected}", file=sys.stderr)
         return 1
     if leftovers:
         print(f"error: files left in /dev/shm: {leftovers}", file=sys.stderr)

@@ -170,6 +170,9 @@ func opCreate(c *conn, _ uint64, a wire.Args) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	if v, given := a["name"]; given && v == "" {
+		return nil, manager.ValidateName("") // an empty name is a bad name, not a request for an anonymous object
+	}
 	var p manager.Params
 	switch manager.Kind(kind) {
 	case manager.KindSemaphore, manager.KindBoundedSemaphore:

@@ -314,6 +314,7 @@ class Client:
         self._ids = itertools.count(1)
         self.boot_id = ""
         self.max_frame = 64 << 20
+        self._connected_once = False
 
     def _forget_after_fork(self) -> None:
         # The parent's sockets are not ours: drop them without a word on the wire.
@@ -340,8 +341,14 @@ class Client:
                 return conn
             conn.close()  # the daemon closed it (e.g. it restarted): the others are stale too
             self.close()
-        conn = Connection(self.address, self._key, _session_id, self._ssl)
+        try:
+            conn = Connection(self.address, self._key, _session_id, self._ssl)
+        except exc.ConnectError as e:
+            if self._connected_once:  # it was there before: the daemon is gone
+                raise exc.ServerGoneError(f"the syncmgr daemon at {self.address} is gone: {e}") from e
+            raise
         self.boot_id, self.max_frame = conn.boot_id, conn.max_frame
+        self._connected_once = True
         return conn
 
     def _give_back(self, conn: Connection) -> None:
