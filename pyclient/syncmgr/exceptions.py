@@ -18,6 +18,8 @@ Every error the client raises on its own account derives from
     ├── SyncMgrValueError         (also ValueError)
     ├── SyncMgrTypeError          (also TypeError)
     ├── LimitError                a daemon limit was reached
+    ├── SegmentExistsError        (also FileExistsError) a segment of that name exists
+    ├── NoSpaceError              (also OSError) /dev/shm is full
     ├── CancelledError            a request was cancelled
     ├── DeletedError              the object was deleted while the call waited
     └── BrokenBarrierError        (also threading.BrokenBarrierError)
@@ -107,6 +109,14 @@ class BrokenBarrierError(SyncMgrError, threading.BrokenBarrierError):
     """The barrier is broken."""
 
 
+class SegmentExistsError(SyncMgrError, FileExistsError):
+    """A shared-memory segment of that name exists."""
+
+
+class NoSpaceError(SyncMgrError, OSError):
+    """The daemon's shared-memory filesystem is full."""
+
+
 _BY_CODE: dict[str, type[SyncMgrError]] = {
     "no_such_object": NoSuchObjectError,
     "kind_mismatch": KindMismatchError,
@@ -121,6 +131,8 @@ _BY_CODE: dict[str, type[SyncMgrError]] = {
     "limit": LimitError,
     "auth_failed": AuthenticationError,
     "broken": BrokenBarrierError,
+    "exists": SegmentExistsError,
+    "no_space": NoSpaceError,
     "bad_request": ProtocolError,
     "unknown_op": ProtocolError,
     "version": ProtocolError,

@@ -27,7 +27,7 @@ import mmap
 import os
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-from .exceptions import SyncMgrError
+from .exceptions import NoSuchObjectError, SyncMgrError
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -99,7 +99,10 @@ class SharedMemory:
         else:
             if name is None:
                 raise ValueError("'name' can only be None if create=True")
-            info = client.call("shm_attach", {"name": name})
+            try:
+                info = client.call("shm_attach", {"name": name})
+            except NoSuchObjectError:
+                raise FileNotFoundError(f"no shared memory segment {name!r} at syncmgr {client.address}") from None
         self._name: str = info["name"]
         self._size: int = int(info["size"])
         boot = info.get("boot_id") or ""
