@@ -8,7 +8,7 @@ PY      := $(VENV)/bin/python
 BIN     := bin/syncmgr
 GOFILES := $(shell find . -name '*.go' -not -path './.venv/*' 2>/dev/null)
 
-.PHONY: all build venv test test-go test-py lint fuzz demo bench bench-smoke soak soak-smoke clean
+.PHONY: all build venv test test-go test-py lint lint-py fuzz demo bench bench-smoke soak soak-smoke clean
 
 all: build
 
@@ -37,7 +37,10 @@ fuzz:
 	$(GO) test ./wire -run '^$$' -fuzz '^FuzzReadFrame$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./auth -run '^$$' -fuzz '^FuzzServerHandshake$$' -fuzztime $(FUZZTIME)
 
-test-py: build venv
+lint-py: venv
+	$(VENV)/bin/ruff check pyclient tests/python examples
+
+test-py: build venv lint-py
 	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) -m pytest -q tests/python
 
 # The load test: many client processes, random SIGKILLs, invariants checked.
