@@ -13,6 +13,7 @@ their holder dies, and whose shared memory is owned by the daemon::
 
 from . import shared_memory as _shm
 from ._connection import get_client as _get_client
+from ._containers import DictProxy, ListProxy, NamespaceProxy
 from ._manager import Manager, connect, find_binary
 from ._proxies import (
     AcquirerProxy,
@@ -57,6 +58,9 @@ __all__ = [
     "JoinableQueueProxy",
     "ConditionProxy",
     "BarrierProxy",
+    "DictProxy",
+    "ListProxy",
+    "NamespaceProxy",
     "SyncMgrError",
     "ConnectError",
     "AuthenticationError",

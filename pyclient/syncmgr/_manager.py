@@ -17,6 +17,7 @@ import tempfile
 import time
 from typing import Any, Optional
 
+from . import _containers
 from . import _proxies as px
 from . import exceptions as exc
 from . import shared_memory as shm
@@ -291,6 +292,29 @@ class Manager:
 
     def JoinableQueue(self, maxsize: int = 0, name: Optional[str] = None) -> px.JoinableQueueProxy:  # noqa: N802
         return self._create(px.JoinableQueueProxy, name, maxsize=maxsize)
+
+    def dict(self, *args: Any, name: Optional[str] = None, **kwargs: Any) -> _containers.DictProxy:
+        """A shared dict, initialised like dict(*args, **kwargs)."""
+        d = self._create(_containers.DictProxy, name)
+        init = dict(*args, **kwargs)
+        if init:
+            d.update(init)
+        return d
+
+    def list(self, sequence: Any = (), name: Optional[str] = None) -> _containers.ListProxy:
+        """A shared list, initialised from sequence."""
+        lst = self._create(_containers.ListProxy, name)
+        items = list(sequence)
+        if items:
+            lst.extend(items)
+        return lst
+
+    def Namespace(self, name: Optional[str] = None, **attrs: Any) -> _containers.NamespaceProxy:  # noqa: N802
+        """A shared namespace; attributes live on the daemon."""
+        ns = self._create(_containers.NamespaceProxy, name)
+        if attrs:
+            ns.update(attrs)
+        return ns
 
     # --- shared memory -----------------------------------------------------------
 

@@ -1,0 +1,322 @@
+"""dict, list and Namespace proxies: server-held containers of pickled values.
+
+The daemon never unpickles, so it cannot hash Python keys. A dict key is
+sent twice: as a canonical encoding that is equal for keys Python considers
+equal (``1``, ``1.0`` and ``True`` are one key, as in a dict), and as its
+pickle, which ``keys()`` returns. Keys of types the encoding does not cover
+(other than None, bool, int, float, str, bytes and tuples of them) are
+compared by their pickle, which is right for most types but not for, e.g.,
+frozensets whose pickles differ in element order.
+
+Every operation is one atomic request. List operations that read and write
+the whole list (slicing assignment, ``sort``, ``reverse``, ``*=``) take a
+versioned snapshot and replace it only if nobody changed the list in
+between, retrying otherwise.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import msgpack
+
+from . import exceptions as exc
+from ._proxies import BaseProxy, _dumps, _loads
+
+_MISSING = object()
+
+
+class _NotCanonical(Exception):
+    pass
+
+
+def _norm(k: Any) -> Any:
+    if k is None or isinstance(k, (str, bytes)):
+        return k
+    if isinstance(k, bool):
+        return int(k)
+    if isinstance(k, float) and k.is_integer():
+        k = int(k)
+    if isinstance(k, int):
+        if -(2**63) <= k < 2**64:
+            return k
+        return msgpack.ExtType(1, str(k).encode())
+    if isinstance(k, float):
+        return k
+    if type(k) is tuple:
+        return [_norm(x) for x in k]
+    raise _NotCanonical
+
+
+def canonical_key(key: Any) -> bytes:
+    """Bytes equal for keys that compare equal (see the module docstring)."""
+    hash(key)  # unhashable keys fail as they do in a dict
+    try:
+        return b"m" + msgpack.packb(_norm(key), use_bin_type=True)
+    except _NotCanonical:
+        return b"p" + pickle.dumps(key, protocol=5)
+
+
+class DictProxy(BaseProxy):
+    """A shared dict, as SyncManager's DictProxy."""
+
+    _kind = "dict"
+
+    def _entry(self, key: Any, value: Any) -> dict[str, Any]:
+        return {"key": canonical_key(key), "kp": _dumps(key), "value": _dumps(value)}
+
+    def __getitem__(self, key: Any) -> Any:
+        try:
+            return _loads(self._call("get", key=canonical_key(key)))
+        except exc.SyncMgrError as e:
+            if e.code == "key_error":
+                raise KeyError(key) from None
+            raise
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self._call("set", **self._entry(key, value))
+
+    def __delitem__(self, key: Any) -> None:
+        try:
+            self._call("del", key=canonical_key(key))
+        except exc.SyncMgrError as e:
+            if e.code == "key_error":
+                raise KeyError(key) from None
+            raise
+
+    def __contains__(self, key: Any) -> bool:
+        return bool(self._call("contains", key=canonical_key(key)))
+
+    def __len__(self) -> int:
+        return int(self._call("len"))
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.keys())
+
+    def items(self) -> list[tuple[Any, Any]]:
+        """A snapshot of the items."""
+        return [(_loads(kp), _loads(v)) for kp, v in self._call("items")]
+
+    def keys(self) -> list[Any]:
+        return [k for k, _ in self.items()]
+
+    def values(self) -> list[Any]:
+        return [v for _, v in self.items()]
+
+    def copy(self) -> dict[Any, Any]:
+        return dict(self.items())
+
+    def clear(self) -> None:
+        self._call("clear")
+
+    def pop(self, key: Any, default: Any = _MISSING) -> Any:
+        try:
+            return _loads(self._call("pop", key=canonical_key(key)))
+        except exc.SyncMgrError as e:
+            if e.code != "key_error":
+                raise
+            if default is _MISSING:
+                raise KeyError(key) from None
+            return default
+
+    def popitem(self) -> tuple[Any, Any]:
+        try:
+            kp, v = self._call("popitem")
+        except exc.SyncMgrError as e:
+            if e.code == "key_error":
+                raise KeyError("popitem(): dictionary is empty") from None
+            raise
+        return _loads(kp), _loads(v)
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        return _loads(self._call("setdefault", **self._entry(key, default)))
+
+    def update(self, other: Any = (), **kwargs: Any) -> None:
+        """Store several entries in one atomic request."""
+        pairs = list(other.items() if hasattr(other, "items") else other) + list(kwargs.items())
+        triples = [[canonical_key(k), _dumps(k), _dumps(v)] for k, v in pairs]
+        self._call("update", items=msgpack.packb(triples, use_bin_type=True))
+
+    def __repr__(self) -> str:
+        return repr(self.copy())
+
+
+class NamespaceProxy(DictProxy):
+    """A shared namespace: attributes are entries on the daemon; names that
+    start with '_' stay local, as with SyncManager's NamespaceProxy."""
+
+    _kind = "namespace"
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        try:
+            return DictProxy.__getitem__(self, name)
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name.startswith("_"):
+            object.__setattr__(self, name, value)
+        else:
+            DictProxy.__setitem__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if name.startswith("_"):
+            object.__delattr__(self, name)
+            return
+        try:
+            DictProxy.__delitem__(self, name)
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k}={v!r}" for k, v in self.items())
+        return f"Namespace({inner})"
+
+
+class ListProxy(BaseProxy):
+    """A shared list, as SyncManager's ListProxy. Items compare by pickle in
+    ``remove``, ``index``, ``count`` and ``in``."""
+
+    _kind = "list"
+
+    def _snapshot(self) -> tuple[list[Any], int]:
+        res = self._call("snapshot")
+        return [_loads(b) for b in res["items"]], int(res["version"])
+
+    def _rewrite(self, fn: Any) -> Any:
+        """Apply fn to a copy of the list and store it if nobody wrote meanwhile."""
+        for _ in range(1000):
+            items, version = self._snapshot()
+            result = fn(items)
+            packed = msgpack.packb([_dumps(x) for x in items], use_bin_type=True)
+            if self._call("replace", items=packed, version=version):
+                return result
+        raise exc.SyncMgrError("list changed too often to apply the update")
+
+    def __len__(self) -> int:
+        return int(self._call("len"))
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return self._snapshot()[0][i]
+        try:
+            return _loads(self._call("getitem", index=int(i)))
+        except exc.SyncMgrError as e:
+            if e.code == "index_error":
+                raise IndexError("list index out of range") from None
+            raise
+
+    def __setitem__(self, i: Any, value: Any) -> None:
+        if isinstance(i, slice):
+            vals = list(value)
+
+            def assign(items: list[Any]) -> None:
+                items[i] = vals
+
+            self._rewrite(assign)
+            return
+        try:
+            self._call("setitem", index=int(i), value=_dumps(value))
+        except exc.SyncMgrError as e:
+            if e.code == "index_error":
+                raise IndexError("list assignment index out of range") from None
+            raise
+
+    def __delitem__(self, i: Any) -> None:
+        if isinstance(i, slice):
+
+            def delete(items: list[Any]) -> None:
+                del items[i]
+
+            self._rewrite(delete)
+            return
+        try:
+            self._call("delitem", index=int(i))
+        except exc.SyncMgrError as e:
+            if e.code == "index_error":
+                raise IndexError("list assignment index out of range") from None
+            raise
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._snapshot()[0])
+
+    def __reversed__(self) -> Iterator[Any]:
+        return reversed(self._snapshot()[0])
+
+    def __contains__(self, value: Any) -> bool:
+        return int(self._call("count", value=_dumps(value))) > 0
+
+    def append(self, value: Any) -> None:
+        self._call("append", value=_dumps(value))
+
+    def extend(self, values: Iterable[Any]) -> None:
+        self._call("extend", items=msgpack.packb([_dumps(v) for v in values], use_bin_type=True))
+
+    def __iadd__(self, values: Iterable[Any]) -> ListProxy:
+        self.extend(values)
+        return self
+
+    def __imul__(self, n: int) -> ListProxy:
+        def mul(items: list[Any]) -> None:
+            items *= n
+
+        self._rewrite(mul)
+        return self
+
+    def __add__(self, other: Iterable[Any]) -> list[Any]:
+        return self._snapshot()[0] + list(other)
+
+    def __mul__(self, n: int) -> list[Any]:
+        return self._snapshot()[0] * n
+
+    __rmul__ = __mul__
+
+    def insert(self, i: int, value: Any) -> None:
+        self._call("insert", index=int(i), value=_dumps(value))
+
+    def pop(self, i: int = -1) -> Any:
+        try:
+            return _loads(self._call("pop", index=int(i)))
+        except exc.SyncMgrError as e:
+            if e.code == "index_error":
+                raise IndexError(str(e).split(": ", 1)[-1]) from None
+            raise
+
+    def remove(self, value: Any) -> None:
+        try:
+            self._call("remove", value=_dumps(value))
+        except exc.SyncMgrValueError:
+            raise ValueError("list.remove(x): x not in list") from None
+
+    def index(self, value: Any, *args: Any) -> int:
+        if args:
+            return self._snapshot()[0].index(value, *args)
+        try:
+            return int(self._call("index", value=_dumps(value)))
+        except exc.SyncMgrValueError:
+            raise ValueError(f"{value!r} is not in list") from None
+
+    def count(self, value: Any) -> int:
+        return int(self._call("count", value=_dumps(value)))
+
+    def reverse(self) -> None:
+        self._rewrite(lambda items: items.reverse())
+
+    def sort(self, *, key: Any = None, reverse: bool = False) -> None:
+        self._rewrite(lambda items: items.sort(key=key, reverse=reverse))
+
+    def copy(self) -> list[Any]:
+        return self._snapshot()[0]
+
+    def __repr__(self) -> str:
+        return repr(self._snapshot()[0])
