@@ -87,9 +87,12 @@ class Explorer:
         return n * 4
 
 
+@pytest.mark.parametrize("backend", ["SharedMemory", "sharedctypes"])
 @pytest.mark.parametrize("cls", ["MPReplayBuffer", "MPPrioritizedReplayBuffer"])
-def test_cpprb_buffers_from_ray_actors(cluster, m, cls):
-    rb = getattr(cpprb, cls)(1000, {"obs": {"shape": 3}, "done": {}}, ctx=m, backend="SharedMemory")
+def test_cpprb_buffers_from_ray_actors(cluster, m, cls, backend):
+    # "sharedctypes" is cpprb's default backend: its arrays come from m.Array,
+    # i.e. daemon-owned segments that Ray pickles by name.
+    rb = getattr(cpprb, cls)(1000, {"obs": {"shape": 3}, "done": {}}, ctx=m, backend=backend)
     explorers = [Explorer.remote(rb) for _ in range(2)]
     added = sum(ray.get([e.run.remote(10) for e in explorers], timeout=120))
     assert rb.get_stored_size() == added == 80
