@@ -137,8 +137,11 @@ func Server(rw io.ReadWriter, cfg ServerConfig) (*Peer, error) {
 	}
 	body, err := wire.ReadFrame(rw, wire.HandshakeMaxFrame)
 	if err != nil {
-		if errors.Is(err, wire.ErrFrameTooLarge) || errors.Is(err, wire.ErrEmptyFrame) {
+		switch {
+		case errors.Is(err, wire.ErrFrameTooLarge):
 			return fail(wire.CodeTooLarge, fmt.Errorf("auth frame: %w", err))
+		case errors.Is(err, wire.ErrEmptyFrame):
+			return fail(wire.CodeBadRequest, fmt.Errorf("auth frame: %w", err))
 		}
 		return nil, fmt.Errorf("read auth: %w", err)
 	}
@@ -193,6 +196,9 @@ func Client(rw io.ReadWriter, cfg ClientConfig) (*ServerInfo, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read hello: %w", err)
 	}
+	if err := refusal(body); err != nil { // refused before the challenge (e.g. peer credentials)
+		return nil, err
+	}
 	var h Hello
 	if err := wire.Unmarshal(body, &h); err != nil || h.T != "hello" || len(h.Nonce) != NonceSize {
 		return nil, fmt.Errorf("read hello: %w", wire.ErrMalformed)
@@ -217,19 +223,8 @@ func Client(rw io.ReadWriter, cfg ClientConfig) (*ServerInfo, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read welcome: %w", err)
 	}
-	var probe struct {
-		T string `msgpack:"t"`
-	}
-	if err := wire.Unmarshal(body, &probe); err != nil {
-		return nil, fmt.Errorf("read welcome: %w", err)
-	}
-	if probe.T == "error" {
-		var em ErrorMsg
-		_ = wire.Unmarshal(body, &em)
-		if em.Code == string(wire.CodeAuthFailed) {
-			return nil, fmt.Errorf("%w: server says: %s", ErrAuthFailed, em.Message)
-		}
-		return nil, &wire.Error{Code: wire.Code(em.Code), Message: em.Message}
+	if err := refusal(body); err != nil {
+		return nil, err
 	}
 	var w Welcome
 	if err := wire.Unmarshal(body, &w); err != nil || w.T != "welcome" {
@@ -240,6 +235,19 @@ func Client(rw io.ReadWriter, cfg ClientConfig) (*ServerInfo, error) {
 	}
 	return &ServerInfo{Version: Version, Server: h.Server, MaxFrame: h.MaxFrame, Session: w.Session,
 		ConnID: w.Conn, BootID: w.BootID, PID: w.PID}, nil
+}
+
+// refusal returns the error an error frame carries, or nil for any other
+// frame.
+func refusal(body []byte) error {
+	var em ErrorMsg
+	if err := wire.Unmarshal(body, &em); err != nil || em.T != "error" {
+		return nil
+	}
+	if em.Code == string(wire.CodeAuthFailed) {
+		return fmt.Errorf("%w: server says: %s", ErrAuthFailed, em.Message)
+	}
+	return &wire.Error{Code: wire.Code(em.Code), Message: em.Message}
 }
 
 func writeMsg(w io.Writer, v any) error {

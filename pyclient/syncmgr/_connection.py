@@ -154,6 +154,8 @@ class Connection:
         self.sock.settimeout(CONNECT_TIMEOUT)
         try:
             hello = msgpack.unpackb(self._recv_frame(_HANDSHAKE_MAX), raw=False)
+            if isinstance(hello, dict) and hello.get("t") == "error":
+                self._refused(hello)
             if not isinstance(hello, dict) or hello.get("t") != "hello" or len(hello.get("nonce", b"")) != 32:
                 raise exc.ProtocolError(f"{self.address} does not speak the syncmgr protocol")
             if PROTOCOL_VERSION not in hello.get("versions", []):
@@ -171,12 +173,7 @@ class Connection:
             self._send([_frame(_packb(auth))])
             welcome = msgpack.unpackb(self._recv_frame(_HANDSHAKE_MAX), raw=False)
             if isinstance(welcome, dict) and welcome.get("t") == "error":
-                code, message = welcome.get("code", ""), welcome.get("message", "")
-                if code == "auth_failed":
-                    raise exc.AuthenticationError(
-                        f"syncmgr at {self.address} refused the authkey ({message}); check SYNCMGR_AUTHKEY"
-                    )
-                raise exc.from_code(code, f"syncmgr at {self.address}: {message}")
+                self._refused(welcome)
             if not isinstance(welcome, dict) or welcome.get("t") != "welcome":
                 raise exc.ProtocolError(f"unexpected handshake reply from {self.address}")
             expect = hmac.new(key, _SERVER_LABEL + nc + ns, hashlib.sha256).digest()
@@ -188,6 +185,12 @@ class Connection:
                 raise
             raise exc.ConnectError(f"handshake with syncmgr at {self.address} failed: {e}") from e
         self.sock.settimeout(None)
+
+    def _refused(self, msg: dict[str, Any]) -> None:
+        code, message = msg.get("code", ""), msg.get("message", "")
+        if code == "auth_failed":
+            raise exc.AuthenticationError(f"syncmgr at {self.address} refused this client: {message}")
+        raise exc.from_code(code, f"syncmgr at {self.address}: {message}")
 
     def _send(self, buffers: list[Any]) -> None:
         if len(buffers) == 1:

@@ -1,0 +1,166 @@
+"""Hostile and unlucky conditions seen from Python: the key never leaks,
+other users are refused, and resource exhaustion costs only the asker."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import resource
+import shutil
+import socket
+import subprocess
+import tempfile
+
+import pytest
+
+import syncmgr
+from conftest import BIN, start_daemon, start_daemon_proc
+
+
+def _leaks(key: bytes, blob: bytes) -> bool:
+    return key in blob or key.hex().encode() in blob or key.hex().upper().encode() in blob
+
+
+def test_key_never_appears_in_logs_status_errors_cmdline_or_pickles():
+    d = start_daemon("--log-level", "debug")
+    try:
+        m = syncmgr.connect(d.address, d.key)
+        lock = m.Lock()
+        with pytest.raises(syncmgr.AuthenticationError) as ei:
+            syncmgr.connect(d.address, d.key[:-1] + b"\x00").Lock()
+        assert not _leaks(d.key, str(ei.value).encode())
+        assert not _leaks(d.key, repr(m.status()).encode())
+        assert not _leaks(d.key, pickle.dumps((lock, m)))
+        with open(f"/proc/{d.proc.pid}/cmdline", "rb") as f:
+            assert not _leaks(d.key, f.read())
+        out = subprocess.run([BIN, "status", "--address", d.address], capture_output=True, timeout=30, check=False,
+                             env=dict(os.environ, SYNCMGR_AUTHKEY=d.key.hex()))
+        assert out.returncode == 0 and not _leaks(d.key, out.stdout + out.stderr)
+    finally:
+        d.stop()
+    with open(d.log, "rb") as f:
+        log = f.read()
+    assert b"authentication failed" in log  # the failure is logged ...
+    assert not _leaks(d.key, log)  # ... without the key
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a client as another user")
+
+
+def _status_as_nobody(d) -> subprocess.CompletedProcess:
+    """`syncmgr status` (a Go client) run as uid 65534 with the right key."""
+
+    def demote():
+        os.setgid(65534)
+        os.setuid(65534)
+
+    return subprocess.run([BIN, "status", "--address", d.address], capture_output=True, timeout=60, check=False,
+                          env={"SYNCMGR_AUTHKEY": d.key.hex(), "PATH": "/usr/bin:/bin"}, preexec_fn=demote)
+
+
+@needs_root
+@pytest.mark.parametrize("allow", [False, True])
+def test_other_users_are_refused_even_with_the_key(allow):
+    d = start_daemon(*(["--allow-other-users"] if allow else []))
+    try:
+        os.chmod(os.path.dirname(d.address), 0o755)
+        os.chmod(d.address, 0o666)  # as if a user loosened the permissions
+        out = _status_as_nobody(d)
+        if allow:
+            assert out.returncode == 0, out.stderr.decode()
+            assert b"SESSION" in out.stdout
+        else:
+            assert out.returncode != 0
+            assert b"authentication failed" in out.stderr and b"another user" in out.stderr
+    finally:
+        d.stop()
+
+
+def test_file_descriptor_limit_costs_only_new_connections():
+    d = tempfile.mkdtemp(prefix="smfd", dir="/tmp")
+    key = os.urandom(32)
+    sock_path = os.path.join(d, "s.sock")
+
+    def limit_fds():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (48, 48))
+
+    proc = subprocess.Popen([BIN, "serve", "--socket", sock_path, "--log-level", "error", "--shm-dir", "none"],
+                            env=dict(os.environ, SYNCMGR_AUTHKEY=key.hex()), preexec_fn=limit_fds,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    raw = []
+    try:
+        from conftest import wait_until
+
+        assert wait_until(lambda: os.path.exists(sock_path), timeout=15)
+        m = syncmgr.connect(sock_path, key)
+        q = m.Queue()
+        q.put("before")
+        for _ in range(80):  # far more than the daemon may open
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(sock_path)
+            raw.append(s)
+        q.put("during")  # an established client is still served
+        assert q.get(timeout=10) == "before" and q.get(timeout=10) == "during"
+        for s in raw:
+            s.close()
+        raw.clear()
+        assert wait_until(lambda: _can_connect(sock_path, key), timeout=30)
+    finally:
+        for s in raw:
+            s.close()
+        proc.terminate()
+        proc.wait(15)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _can_connect(path: str, key: bytes) -> bool:
+    try:
+        syncmgr.connect(path, key)._c().call("ping", {})
+        return True
+    except syncmgr.SyncMgrError:
+        return False
+
+
+@pytest.fixture
+def tiny_tmpfs():
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a small tmpfs")
+    d = tempfile.mkdtemp(prefix="smshm", dir="/tmp")
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", d], check=False).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    yield d
+    subprocess.run(["umount", d], check=False)
+    os.rmdir(d)
+
+
+def test_full_shared_memory_is_a_clear_error(tiny_tmpfs):
+    d = start_daemon("--shm-dir", tiny_tmpfs, "--shm-limit", "0")
+    try:
+        m = syncmgr.connect(d.address, d.key)
+        other = syncmgr.connect(d.address, d.key)
+        ev = other.Event(name="bystander")
+        a = m.SharedMemory(create=True, size=600 << 10)
+        with pytest.raises(syncmgr.SyncMgrError) as ei:
+            m.SharedMemory(create=True, size=600 << 10)
+        assert isinstance(ei.value, OSError) and ei.value.code == "no_space"
+        ev.set()  # everyone else is still served
+        assert ev.is_set()
+        a.buf[-1] = 1  # the reserved pages are really there: no SIGBUS
+        a.close()
+        a.unlink()
+        m.SharedMemory(create=True, size=600 << 10)
+    finally:
+        d.stop()
+
+
+def test_restart_keeps_serving_named_objects_after_sigkill():
+    d = start_daemon()
+    try:
+        m = syncmgr.connect(d.address, d.key)
+        m.Value("i", 5, name="counter")
+        d.kill()
+        start_daemon_proc(d)
+        v = m.Value("i", 0, name="counter")  # state is lost: documented
+        assert v.value == 0 and v.add(1) == 1
+    finally:
+        d.stop()
