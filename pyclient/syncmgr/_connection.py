@@ -20,12 +20,12 @@ import hashlib
 import hmac
 import itertools
 import os
-import select
 import socket
 import ssl
 import struct
 import sys
 import threading
+import time
 from typing import Any, Callable, Optional
 
 import msgpack
@@ -38,6 +38,9 @@ _HANDSHAKE_MAX = 4 << 10
 _CLIENT_LABEL = b"syncmgr/1 client"
 _SERVER_LABEL = b"syncmgr/1 server"
 CONNECT_TIMEOUT = 10.0
+# A pooled connection idle for longer than this is checked (one poll) before
+# use, so that a daemon restart is noticed without failing a call.
+_IDLE_CHECK = 0.5
 
 # --- session identity, renewed in a forked child -------------------------
 
@@ -144,6 +147,10 @@ class Connection:
         self.max_frame = 64 << 20
         self.boot_id = ""
         self.closed = False
+        self.last_used = 0.0
+        self._rbuf = bytearray(256 << 10)
+        self._rview = memoryview(self._rbuf)
+        self._rstart = self._rend = 0
         try:
             self._handshake(key, session)
         except BaseException:
@@ -201,22 +208,46 @@ class Connection:
         else:
             _sendmsg_all(self.sock, buffers)
 
-    def _recv_exact(self, n: int) -> bytearray:
-        buf = bytearray(n)
-        view = memoryview(buf)
-        got = 0
-        while got < n:
-            k = self.sock.recv_into(view[got:])
-            if k == 0:
-                raise exc.ServerGoneError(f"syncmgr at {self.address} closed the connection")
-            got += k
-        return buf
+    def _fill(self) -> None:
+        """Read what the socket has into the receive buffer (at least one byte)."""
+        if self._rstart == self._rend:
+            self._rstart = self._rend = 0
+        elif self._rend == len(self._rbuf):  # compact
+            rest = self._rend - self._rstart
+            self._rbuf[:rest] = self._rbuf[self._rstart:self._rend]
+            self._rstart, self._rend = 0, rest
+        k = self.sock.recv_into(self._rview[self._rend:])
+        if k == 0:
+            raise exc.ServerGoneError(f"syncmgr at {self.address} closed the connection")
+        self._rend += k
 
-    def _recv_frame(self, limit: int) -> bytearray:
-        (n,) = _HEADER.unpack(self._recv_exact(4))
+    def _recv_frame(self, limit: int) -> Any:
+        """One frame body. A frame that fits the receive buffer costs one recv
+        (usually together with its header); a larger one is read straight
+        into its own buffer."""
+        while self._rend - self._rstart < 4:
+            self._fill()
+        (n,) = _HEADER.unpack_from(self._rbuf, self._rstart)
         if n == 0 or n > limit:
             raise exc.ProtocolError(f"syncmgr at {self.address} sent a frame of {n} bytes")
-        return self._recv_exact(n)
+        self._rstart += 4
+        if n <= len(self._rbuf) - self._rstart:
+            while self._rend - self._rstart < n:
+                self._fill()
+            body = self._rview[self._rstart:self._rstart + n]
+            self._rstart += n
+            return body
+        body = bytearray(n)
+        view = memoryview(body)
+        have = self._rend - self._rstart
+        view[:have] = self._rview[self._rstart:self._rend]
+        self._rstart = self._rend = 0
+        while have < n:
+            k = self.sock.recv_into(view[have:])
+            if k == 0:
+                raise exc.ServerGoneError(f"syncmgr at {self.address} closed the connection")
+            have += k
+        return body
 
     def send_requests(self, frames: list[list[Any]]) -> None:
         flat = [b for f in frames for b in f]
@@ -241,16 +272,12 @@ class Connection:
 
 
 def _alive(sock: socket.socket) -> bool:
-    """Whether an idle pooled socket is still open (one non-blocking peek)."""
+    """Whether an idle pooled socket is still open (one non-blocking peek;
+    pooled sockets are in blocking mode, so the flag is honoured)."""
     if isinstance(sock, ssl.SSLSocket):
         return True  # no peeking under TLS; a dead one fails on use
     try:
-        poller = select.poll()
-        poller.register(sock, select.POLLIN)
-        if not poller.poll(0):
-            return True
-        sock.settimeout(0)
-        return sock.recv(1, socket.MSG_PEEK) != b""
+        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
     except BlockingIOError:
         return True
     except (OSError, ValueError):
@@ -340,7 +367,7 @@ class Client:
                 if not self._pool:
                     break
                 conn = self._pool.pop()
-            if _alive(conn.sock):
+            if time.monotonic() - conn.last_used < _IDLE_CHECK or _alive(conn.sock):
                 return conn
             conn.close()  # the daemon closed it (e.g. it restarted): the others are stale too
             self.close()
@@ -357,6 +384,7 @@ class Client:
     def _give_back(self, conn: Connection) -> None:
         if conn.closed or self._pid != os.getpid():
             return
+        conn.last_used = time.monotonic()
         with self._lock:
             if len(self._pool) < 16:
                 self._pool.append(conn)
@@ -377,9 +405,9 @@ class Client:
              wait: Optional[float] = 0.0, undo: Optional[Undo] = None) -> Any:
         """Send one request and return its result.
 
-        ``wait`` is how long the daemon may take to answer because the op
-        blocks (None: for ever); the socket waits that long plus a margin.
-        When the wait is interrupted (Ctrl-C), the request is cancelled on the
+        ``wait`` is how long the op may block on the daemon (None: for ever);
+        the daemon bounds every wait, and a dead daemon closes the socket, so
+        the client needs no timer of its own. When the wait is interrupted (Ctrl-C), the request is cancelled on the
         daemon and ``undo`` gets any result that raced in, so nothing is
         taken in the caller's name.
         """
@@ -399,7 +427,6 @@ class Client:
                 f"a value of {memoryview(blob).nbytes} bytes is over the daemon's frame limit of {conn.max_frame}"
             )
         try:
-            conn.sock.settimeout(None if wait is None else wait + 30.0)
             conn.send_requests(frames)
             rep_id, err, result = conn.recv_reply()
             while rep_id != rid:  # a stray reply (e.g. to a cancel); skip it
@@ -412,9 +439,6 @@ class Client:
         except exc.SyncMgrError:
             conn.close()
             raise
-        except socket.timeout:
-            conn.close()
-            raise exc.ServerGoneError(f"syncmgr at {self.address} did not answer {op!r} in time") from None
         except OSError as e:
             conn.close()
             raise exc.ServerGoneError(f"lost the connection to syncmgr at {self.address}: {e}") from None
