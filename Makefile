@@ -38,7 +38,7 @@ fuzz:
 	$(GO) test ./auth -run '^$$' -fuzz '^FuzzServerHandshake$$' -fuzztime $(FUZZTIME)
 
 lint-py: venv
-	$(VENV)/bin/ruff check pyclient tests/python examples
+	$(VENV)/bin/ruff check pyclient tests/python examples bench
 
 test-py: build venv lint-py
 	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) -m pytest -q tests/python
@@ -50,16 +50,22 @@ soak: build
 soak-smoke: build
 	$(GO) run ./tests/soak -bin $(BIN) -clients 16 -ops 400 -kill-every 50ms -max-time 120s
 
-test: test-go fuzz soak-smoke test-py
+test: test-go fuzz soak-smoke test-py bench-smoke
 
 demo: build venv
 	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) examples/ray_replay_demo.py $(DEMO_ARGS)
 
-bench: build venv
+$(VENV)/.bench-installed: $(VENV)/.installed
+	$(PY) -m pip install -q -e "./pyclient[bench]"
+	touch $@
+
+# The full benchmark: prints the tables and rewrites docs/benchmarks.md.
+bench: build venv $(VENV)/.bench-installed
 	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) bench/bench.py $(BENCH_ARGS)
 
+# A few seconds of every benchmark, to check that it runs (not its numbers).
 bench-smoke: build venv
-	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) bench/bench.py --smoke
+	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) bench/bench.py --smoke --no-redis
 
 clean:
 	rm -rf bin $(VENV)
