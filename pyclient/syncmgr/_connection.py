@@ -100,7 +100,9 @@ def get_client(address: str, authkey: Optional[bytes] = None, ssl_context: Optio
     """The process's client for address (created on first use)."""
     with _clients_lock:
         c = _clients.get(address)
-        if c is None or (authkey is not None and c._key != authkey):
+        if c is None or (authkey is not None and c._key != authkey) or (
+            ssl_context is not None and c._ssl is not ssl_context
+        ):
             c = Client(address, authkey if authkey is not None else key_from_env(), ssl_context)
             _clients[address] = c
         return c

@@ -164,3 +164,30 @@ def test_restart_keeps_serving_named_objects_after_sigkill():
         assert v.value == 0 and v.add(1) == 1
     finally:
         d.stop()
+
+
+def test_tls_over_tcp(tmp_path):
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make a test certificate")
+    import re
+    import ssl
+
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                    "-nodes", "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True, timeout=60)
+    d = start_daemon("--tcp", "127.0.0.1:0", "--tls-cert", str(cert), "--tls-key", str(key), "--log-format", "json",
+                     "--log-level", "info")
+    try:
+        with open(d.log) as f:
+            port = re.search(r'"tcp":"127\.0\.0\.1:(\d+)"', f.read()).group(1)
+        addr = f"tcp://127.0.0.1:{port}"
+        ctx = ssl.create_default_context(cafile=str(cert))
+        m = syncmgr.connect(addr, d.key, ssl_context=ctx)
+        ev = m.Event()
+        ev.set()
+        assert ev.is_set()
+        with pytest.raises(syncmgr.ConnectError):  # a client that does not trust the certificate
+            syncmgr.connect(addr, d.key, ssl_context=ssl.create_default_context()).Event()
+    finally:
+        d.stop()
