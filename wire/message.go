@@ -30,6 +30,9 @@ var decoderPool = sync.Pool{New: func() any { return msgpack.NewDecoder(nil) }}
 // DecodeRequest parses a request body. Any error wraps ErrMalformed.
 func DecodeRequest(body []byte) (Request, error) {
 	var req Request
+	if err := checkSizes(body); err != nil {
+		return req, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
 	rd := bytes.NewReader(body)
 	dec := decoderPool.Get().(*msgpack.Decoder)
 	defer decoderPool.Put(dec)
@@ -38,10 +41,10 @@ func DecodeRequest(body []byte) (Request, error) {
 	if err != nil || n != 3 {
 		return req, fmt.Errorf("%w: request must be a 3-element array", ErrMalformed)
 	}
-	if req.ID, err = dec.DecodeUint64(); err != nil {
+	if req.ID, err = decodeID(dec); err != nil {
 		return req, fmt.Errorf("%w: request id: %v", ErrMalformed, err)
 	}
-	if req.Op, err = dec.DecodeString(); err != nil {
+	if req.Op, err = decodeStr(dec); err != nil {
 		return req, fmt.Errorf("%w: request op: %v", ErrMalformed, err)
 	}
 	if req.Args, err = decodeArgs(dec); err != nil {
@@ -63,7 +66,7 @@ func decodeArgs(dec *msgpack.Decoder) (Args, error) {
 	}
 	args := make(Args, n)
 	for i := 0; i < n; i++ {
-		k, err := dec.DecodeString()
+		k, err := decodeStr(dec)
 		if err != nil {
 			return nil, fmt.Errorf("%w: arg key: %v", ErrMalformed, err)
 		}
@@ -74,6 +77,40 @@ func decodeArgs(dec *msgpack.Decoder) (Args, error) {
 		args[k] = v
 	}
 	return args, nil
+}
+
+// decodeID decodes a request id: a non-negative integer. (The msgpack
+// decoder alone would take nil as 0 and wrap negative numbers around.)
+func decodeID(dec *msgpack.Decoder) (uint64, error) {
+	c, err := dec.PeekCode()
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case msgpcode.IsFixedNum(c) && int8(c) >= 0, c == msgpcode.Uint8 || c == msgpcode.Uint16 || c == msgpcode.Uint32 || c == msgpcode.Uint64:
+		return dec.DecodeUint64()
+	case c == msgpcode.Int8 || c == msgpcode.Int16 || c == msgpcode.Int32 || c == msgpcode.Int64:
+		n, err := dec.DecodeInt64()
+		if err == nil && n < 0 {
+			err = fmt.Errorf("negative id %d", n)
+		}
+		return uint64(n), err
+	default:
+		return 0, fmt.Errorf("must be an unsigned integer (code 0x%02x)", c)
+	}
+}
+
+// decodeStr decodes a MessagePack str, refusing bin and nil, which the
+// msgpack decoder alone would take as strings.
+func decodeStr(dec *msgpack.Decoder) (string, error) {
+	c, err := dec.PeekCode()
+	if err != nil {
+		return "", err
+	}
+	if !msgpcode.IsString(c) {
+		return "", fmt.Errorf("must be a str (code 0x%02x)", c)
+	}
+	return dec.DecodeString()
 }
 
 func decodeScalar(dec *msgpack.Decoder) (any, error) {
@@ -158,6 +195,9 @@ type Reply struct {
 // DecodeReply parses a reply body. Any error wraps ErrMalformed.
 func DecodeReply(body []byte) (Reply, error) {
 	var rep Reply
+	if err := checkSizes(body); err != nil {
+		return rep, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
 	rd := bytes.NewReader(body)
 	dec := decoderPool.Get().(*msgpack.Decoder)
 	defer decoderPool.Put(dec)
@@ -231,7 +271,7 @@ func decodeValue(dec *msgpack.Decoder, depth int) (any, error) {
 		}
 		out := make(map[string]any, min(n, 1024))
 		for i := 0; i < n; i++ {
-			k, err := dec.DecodeString()
+			k, err := decodeStr(dec)
 			if err != nil {
 				return nil, err
 			}
@@ -280,8 +320,13 @@ func encode(fn func(*msgpack.Encoder) error) ([]byte, error) {
 // Marshal encodes v as one MessagePack value (used for handshake messages).
 func Marshal(v any) ([]byte, error) { return msgpack.Marshal(v) }
 
-// Unmarshal decodes one MessagePack value into v.
+// Unmarshal decodes one MessagePack value into v. Declared lengths are
+// checked against b first, so a hostile message cannot make the decoder
+// allocate more than a small multiple of len(b).
 func Unmarshal(b []byte, v any) error {
+	if err := checkSizes(b); err != nil {
+		return fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
 	if err := msgpack.Unmarshal(b, v); err != nil {
 		return fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
