@@ -81,6 +81,7 @@ type entry struct {
 	refs    int  // references held by sessions (anonymous objects)
 	shared  bool // handed to another process: linger for ShareGrace
 	grace   *time.Timer
+	graceN  uint64 // counts grace periods, so a stale timer knows it is stale
 	creator *Session
 }
 
@@ -227,16 +228,21 @@ func (m *Manager) maybeCollectLocked(name string, e *entry) Object {
 		return nil
 	}
 	if e.shared && m.cfg.ShareGrace > 0 {
-		e.grace = time.AfterFunc(m.cfg.ShareGrace, func() { m.collectAfterGrace(name, e) })
+		e.graceN++
+		n := e.graceN
+		e.grace = time.AfterFunc(m.cfg.ShareGrace, func() { m.collectAfterGrace(name, e, n) })
 		return nil
 	}
 	m.removeLocked(name, e)
 	return e.obj
 }
 
-func (m *Manager) collectAfterGrace(name string, e *entry) {
+// collectAfterGrace deletes e when grace period n has run out. A timer that
+// fired while a reference came and went (stopping it too late and starting
+// grace period n+1) finds itself stale and does nothing.
+func (m *Manager) collectAfterGrace(name string, e *entry, n uint64) {
 	m.mu.Lock()
-	if cur, ok := m.objects[name]; !ok || cur != e || e.refs > 0 || e.grace == nil {
+	if cur, ok := m.objects[name]; !ok || cur != e || e.refs > 0 || e.grace == nil || e.graceN != n {
 		m.mu.Unlock()
 		return
 	}

@@ -132,13 +132,14 @@ func (q *Queue) Put(ctx context.Context, item []byte, block bool, timeout time.D
 	w.item = item
 	q.putters.push(w)
 	ok, err := q.park(ctx, &q.putters, w, timeout)
-	if err != nil {
+	switch {
+	case ok: // the item is in, also when the grant raced with ctx
+		return nil
+	case err != nil:
 		return err
-	}
-	if !ok {
+	default:
 		return ErrFull
 	}
-	return nil
 }
 
 // Get removes and returns the first item, waiting for one when the queue is
@@ -162,16 +163,14 @@ func (q *Queue) Get(ctx context.Context, block bool, timeout time.Duration) ([]b
 	w := newWaiter(nil, 0)
 	q.getters.push(w)
 	ok, err := q.park(ctx, &q.getters, w, timeout)
-	if err != nil {
-		if ok { // cannot happen: a granted waiter has no error
-			return w.item, nil
-		}
+	switch {
+	case ok: // also when the grant raced with ctx: the caller owns the item
+		return w.item, nil
+	case err != nil:
 		return nil, err
-	}
-	if !ok {
+	default:
 		return nil, ErrEmpty
 	}
-	return w.item, nil
 }
 
 // admitPutter moves the first waiting putter's item into the queue.

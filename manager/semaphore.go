@@ -60,9 +60,19 @@ func (m *Semaphore) credit(s *Session) {
 	s.hold(m)
 }
 
+// debit takes one unit off s's count. A session may release a unit it did
+// not acquire (as with threading); that unit then comes off another
+// holder's count, or the holder's session end would give it back a second
+// time (and push a BoundedSemaphore over its bound).
 func (m *Semaphore) debit(s *Session) {
 	if m.held[s] == 0 {
-		return
+		for h := range m.held {
+			s = h
+			break
+		}
+		if m.held[s] == 0 {
+			return
+		}
 	}
 	if m.held[s]--; m.held[s] == 0 {
 		delete(m.held, s)
