@@ -31,9 +31,10 @@ type conn struct {
 
 	wmu sync.Mutex // serialises writes
 
-	pmu    sync.Mutex
-	parked map[uint64]context.CancelFunc
-	pwg    sync.WaitGroup // parked requests
+	pmu      sync.Mutex
+	parked   map[uint64]context.CancelFunc
+	draining bool           // set by drainParked: nothing more may park
+	pwg      sync.WaitGroup // parked requests; Add only under pmu while !draining
 
 	closeOnce sync.Once
 }
@@ -56,7 +57,9 @@ func (c *conn) close() {
 // returns, parked requests are finished and the session is released.
 func (c *conn) serve() {
 	defer c.close()
+	stop := context.AfterFunc(c.ctx, c.close) // a shutdown ends a handshake at once
 	peer, err := c.handshake()
+	stop()
 	c.srv.unauth.Add(-1)
 	if err != nil {
 		c.log.Debug().Err(err).Msg("handshake failed")
@@ -149,9 +152,12 @@ func (c *conn) loop() {
 		body, err := wire.ReadFrame(br, c.srv.cfg.MaxFrame)
 		if err != nil {
 			switch {
-			case errors.Is(err, wire.ErrFrameTooLarge), errors.Is(err, wire.ErrEmptyFrame):
+			case errors.Is(err, wire.ErrFrameTooLarge):
 				c.log.Warn().Err(err).Msg("bad frame; closing")
 				c.writeReply(0, &wire.Error{Code: wire.CodeTooLarge, Message: err.Error()}, nil)
+			case errors.Is(err, wire.ErrEmptyFrame):
+				c.log.Warn().Err(err).Msg("bad frame; closing")
+				c.writeReply(0, &wire.Error{Code: wire.CodeBadRequest, Message: err.Error()}, nil)
 			case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), c.ctx.Err() != nil:
 			default:
 				c.log.Debug().Err(err).Msg("read failed")
@@ -180,12 +186,13 @@ func (c *conn) dispatch(req *wire.Request) {
 	c.reply(req.ID, res, err)
 }
 
-func (c *conn) reply(id uint64, res any, err error) {
+// reply answers request id; it fails when the reply could not be written.
+func (c *conn) reply(id uint64, res any, err error) error {
 	if id == 0 {
 		if err != nil {
 			c.log.Debug().Err(err).Msg("error in a request without reply")
 		}
-		return
+		return nil
 	}
 	var we *wire.Error
 	if err != nil {
@@ -194,10 +201,12 @@ func (c *conn) reply(id uint64, res any, err error) {
 			c.log.Error().Err(err).Msg("internal error")
 		}
 	}
-	c.writeReply(id, we, res)
+	return c.writeReply(id, we, res)
 }
 
-func (c *conn) writeReply(id uint64, we *wire.Error, res any) {
+// writeReply writes one reply frame. A failed write closes the connection:
+// the stream cannot be trusted after a partial frame.
+func (c *conn) writeReply(id uint64, we *wire.Error, res any) error {
 	frame, err := wire.EncodeReply(id, we, res)
 	if err != nil {
 		c.log.Error().Err(err).Msg("encode reply")
@@ -208,14 +217,22 @@ func (c *conn) writeReply(id uint64, we *wire.Error, res any) {
 	_ = c.nc.SetWriteDeadline(time.Now().Add(c.srv.cfg.WriteTimeout))
 	if _, err := c.nc.Write(frame); err != nil {
 		c.close()
+		return err
 	}
+	return nil
 }
 
 // park runs wait in a goroutine of its own and replies when it ends. If the
-// connection is gone by then, undo gives back what wait obtained.
+// connection is gone by then, or the reply cannot be written, undo gives
+// back what wait obtained.
 func (c *conn) park(id uint64, wait func(ctx context.Context) (any, error), undo func(res any)) error {
 	ctx, cancel := context.WithCancel(c.ctx)
 	c.pmu.Lock()
+	if c.draining {
+		c.pmu.Unlock()
+		cancel()
+		return manager.ErrShutdown
+	}
 	if id != 0 {
 		if _, dup := c.parked[id]; dup {
 			c.pmu.Unlock()
@@ -235,11 +252,13 @@ func (c *conn) park(id uint64, wait func(ctx context.Context) (any, error), undo
 		}
 		c.pmu.Unlock()
 		cancel()
-		if err == nil && c.ctx.Err() != nil && undo != nil {
-			undo(res) // nobody is left to receive it
+		if err != nil || undo == nil {
+			c.reply(id, res, err)
 			return
 		}
-		c.reply(id, res, err)
+		if c.ctx.Err() != nil || c.reply(id, res, nil) != nil {
+			undo(res) // nobody is left to receive it
+		}
 	}()
 	return errParked
 }
@@ -254,8 +273,13 @@ func (c *conn) cancelParked(id uint64) {
 	}
 }
 
-// drainParked waits until every parked request has been answered.
+// drainParked waits until every parked request has been answered. Requests
+// that would park after it started are answered shutting_down instead, so
+// that no pwg.Add races with its Wait.
 func (c *conn) drainParked(ctx context.Context) {
+	c.pmu.Lock()
+	c.draining = true
+	c.pmu.Unlock()
 	done := make(chan struct{})
 	go func() { c.pwg.Wait(); close(done) }()
 	select {

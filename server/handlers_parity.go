@@ -4,8 +4,6 @@ import (
 	"context"
 	"maps"
 
-	"github.com/vmihailenco/msgpack/v5"
-
 	"github.com/syncmgr/syncmgr/manager"
 	"github.com/syncmgr/syncmgr/wire"
 )
@@ -109,7 +107,7 @@ func init() {
 				return nil, err
 			}
 			var triples [][][]byte
-			if err := msgpack.Unmarshal(raw, &triples); err != nil {
+			if err := wire.Unmarshal(raw, &triples); err != nil { // checks declared sizes first
 				return nil, wire.Errorf(wire.CodeBadRequest, "items must be a msgpack array of [key, key_pickle, value] bins")
 			}
 			es := make([]manager.DictEntry, len(triples))
@@ -283,7 +281,7 @@ func binList(a wire.Args) ([][]byte, error) {
 		return nil, err
 	}
 	var items [][]byte
-	if err := msgpack.Unmarshal(raw, &items); err != nil {
+	if err := wire.Unmarshal(raw, &items); err != nil { // checks declared sizes first
 		return nil, wire.Errorf(wire.CodeBadRequest, "items must be a msgpack array of bins")
 	}
 	for i, it := range items {

@@ -122,7 +122,18 @@ func (s *Server) Serve(ln net.Listener) error {
 			continue
 		}
 		c := s.newConn(nc)
+		// wg.Add under mu, after checking closing: Shutdown sets closing
+		// before it takes mu and later waits on wg, so no Add can race
+		// with that Wait.
+		s.mu.Lock()
+		if s.closing.Load() {
+			s.mu.Unlock()
+			s.unauth.Add(-1)
+			nc.Close()
+			return nil
+		}
 		s.wg.Add(1)
+		s.mu.Unlock()
 		go func() {
 			defer s.wg.Done()
 			c.serve()
