@@ -108,7 +108,8 @@ func (c *Condition) Release(s *Session, tid int64) error { return c.lock.Release
 
 // Wait releases the lock, waits for a notify or the timeout, and reacquires
 // the lock. It reports whether it was notified. The caller must hold the
-// lock.
+// lock. On an error (ctx cancelled, object deleted, shutdown) the lock is
+// not reacquired: an error always means the caller does not hold it.
 func (c *Condition) Wait(ctx context.Context, s *Session, tid int64, timeout time.Duration) (bool, error) {
 	c.mu.Lock()
 	if c.dead != nil {
@@ -131,10 +132,15 @@ func (c *Condition) Wait(ctx context.Context, s *Session, tid int64, timeout tim
 		c.notify(1) // we cannot use it: hand it to the next waiter
 		notified = false
 	}
-	if rerr := c.lock.reacquire(ctx, s, tid, saved); rerr != nil && werr == nil {
-		werr = rerr
+	if werr != nil {
+		// Cancelled, deleted or shutting down: the lock is not taken back,
+		// so an error answer always means the caller does not hold it.
+		return false, werr
 	}
-	return notified, werr
+	if rerr := c.lock.reacquire(ctx, s, tid, saved); rerr != nil {
+		return false, rerr
+	}
+	return notified, nil
 }
 
 // Notify wakes up to n waiters; the caller must hold the lock.

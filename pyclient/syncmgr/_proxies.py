@@ -342,7 +342,15 @@ class ConditionProxy(AcquirerProxy):
         if timeout is not None and not math.isnan(timeout) and timeout < 0:
             timeout = 0.0
         t = _timeout_arg(True, timeout, minus_one_forever=False)
-        return bool(self._call_blocking("wait", t, tid=threading.get_ident(), timeout=t))
+        completed: list[Any] = []
+        try:
+            return bool(self._call_blocking("wait", t, undo=completed.append, tid=threading.get_ident(), timeout=t))
+        except KeyboardInterrupt:
+            # A cancelled wait leaves the lock released; take it back, as
+            # threading.Condition.wait does, unless the wait completed first.
+            if not completed:
+                self.acquire()
+            raise
 
     def wait_for(self, predicate: Callable[[], Any], timeout: Optional[float] = None) -> Any:
         endtime = None if timeout is None else time.monotonic() + timeout
