@@ -3,49 +3,17 @@ package proxy_test
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
-	"github.com/syncmgr/syncmgr/manager"
 	"github.com/syncmgr/syncmgr/proxy"
 	"github.com/syncmgr/syncmgr/server"
 )
 
 func parityDial(t *testing.T) func() *proxy.Client {
-	t.Helper()
-	dir, err := os.MkdirTemp("/tmp", "smq")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	key := []byte("k")
-	srv, err := server.New(server.Config{Key: key, Logger: zerolog.Nop()}, manager.New(manager.DefaultConfig()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := server.ListenUnix(filepath.Join(dir, "s"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-	})
-	return func() *proxy.Client {
-		c, err := proxy.Dial(context.Background(), filepath.Join(dir, "s"), key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
+	path, _ := serve(t, server.Config{})
+	return func() *proxy.Client { return dialC(t, path) }
 }
 
 func TestParityHandles(t *testing.T) {

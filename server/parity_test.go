@@ -4,55 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/vmihailenco/msgpack/v5"
 
-	"github.com/syncmgr/syncmgr/manager"
 	"github.com/syncmgr/syncmgr/proxy"
-	"github.com/syncmgr/syncmgr/server"
 	"github.com/syncmgr/syncmgr/wire"
 )
 
-// parityServer starts a server on a temp socket and returns a dial func.
+// parityServer starts a server and returns a dial func.
 func parityServer(t *testing.T) func() *proxy.Client {
-	t.Helper()
-	dir, err := os.MkdirTemp("/tmp", "smp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	key := []byte("parity-test-key")
-	srv, err := server.New(server.Config{Key: key, Logger: zerolog.Nop()}, manager.New(manager.DefaultConfig()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, "s.sock")
-	ln, err := server.ListenUnix(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-	})
-	return func() *proxy.Client {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		c, err := proxy.Dial(ctx, path, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
+	ts := startServer(t)
+	return func() *proxy.Client { return ts.dial(t) }
 }
 
 func call(t *testing.T, c *proxy.Client, op string, args map[string]any) any {
