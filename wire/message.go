@@ -27,20 +27,31 @@ const MaxArgs = 64
 
 var decoderPool = sync.Pool{New: func() any { return msgpack.NewDecoder(nil) }}
 
+// envelope checks a body's declared sizes and opens its 3-element array.
+// The caller calls done when it has finished with dec.
+func envelope(body []byte, what string) (dec *msgpack.Decoder, rd *bytes.Reader, done func(), err error) {
+	if err := checkSizes(body); err != nil {
+		return nil, nil, nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	rd = bytes.NewReader(body)
+	dec = decoderPool.Get().(*msgpack.Decoder)
+	dec.Reset(rd)
+	done = func() { decoderPool.Put(dec) }
+	if n, err := dec.DecodeArrayLen(); err != nil || n != 3 {
+		done()
+		return nil, nil, nil, fmt.Errorf("%w: %s must be a 3-element array", ErrMalformed, what)
+	}
+	return dec, rd, done, nil
+}
+
 // DecodeRequest parses a request body. Any error wraps ErrMalformed.
 func DecodeRequest(body []byte) (Request, error) {
 	var req Request
-	if err := checkSizes(body); err != nil {
-		return req, fmt.Errorf("%w: %v", ErrMalformed, err)
+	dec, rd, done, err := envelope(body, "request")
+	if err != nil {
+		return req, err
 	}
-	rd := bytes.NewReader(body)
-	dec := decoderPool.Get().(*msgpack.Decoder)
-	defer decoderPool.Put(dec)
-	dec.Reset(rd)
-	n, err := dec.DecodeArrayLen()
-	if err != nil || n != 3 {
-		return req, fmt.Errorf("%w: request must be a 3-element array", ErrMalformed)
-	}
+	defer done()
 	if req.ID, err = decodeID(dec); err != nil {
 		return req, fmt.Errorf("%w: request id: %v", ErrMalformed, err)
 	}
@@ -195,17 +206,11 @@ type Reply struct {
 // DecodeReply parses a reply body. Any error wraps ErrMalformed.
 func DecodeReply(body []byte) (Reply, error) {
 	var rep Reply
-	if err := checkSizes(body); err != nil {
-		return rep, fmt.Errorf("%w: %v", ErrMalformed, err)
+	dec, _, done, err := envelope(body, "reply")
+	if err != nil {
+		return rep, err
 	}
-	rd := bytes.NewReader(body)
-	dec := decoderPool.Get().(*msgpack.Decoder)
-	defer decoderPool.Put(dec)
-	dec.Reset(rd)
-	n, err := dec.DecodeArrayLen()
-	if err != nil || n != 3 {
-		return rep, fmt.Errorf("%w: reply must be a 3-element array", ErrMalformed)
-	}
+	defer done()
 	if rep.ID, err = dec.DecodeUint64(); err != nil {
 		return rep, fmt.Errorf("%w: reply id: %v", ErrMalformed, err)
 	}
