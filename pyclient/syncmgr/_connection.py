@@ -41,6 +41,9 @@ CONNECT_TIMEOUT = 10.0
 # A pooled connection idle for longer than this is checked (one poll) before
 # use, so that a daemon restart is noticed without failing a call.
 _IDLE_CHECK = 0.5
+# Blobs smaller than this are packed into the frame; larger ones are sent as
+# a buffer of their own, without a copy.
+_INLINE_BLOB = 16 << 10
 
 # --- session identity, renewed in a forked child -------------------------
 
@@ -119,6 +122,10 @@ def encode_request(rid: int, op: str, args: dict[str, Any], blob_key: Optional[s
                    blob: Any = None) -> list[Any]:
     """A request frame as a list of buffers. A large ``blob`` (an item or a
     value) is not copied into the frame: it is sent as its own buffer."""
+    if blob_key is not None and len(blob) < _INLINE_BLOB:
+        args = dict(args)
+        args[blob_key] = bytes(blob)
+        blob_key = None
     if blob_key is None:
         body = _packb([rid, op, args])
         return [_HEADER.pack(len(body)) + body]
@@ -362,8 +369,8 @@ class Client:
         self._pid = os.getpid()
 
     def _take(self) -> Connection:
-        if self._pid != os.getpid():
-            self._forget_after_fork()
+        # (A forked child has already dropped its parent's connections: see
+        # _after_fork_in_child.)
         while True:
             with self._lock:
                 if not self._pool:
@@ -384,7 +391,7 @@ class Client:
         return conn
 
     def _give_back(self, conn: Connection) -> None:
-        if conn.closed or self._pid != os.getpid():
+        if conn.closed:
             return
         conn.last_used = time.monotonic()
         with self._lock:
