@@ -206,16 +206,29 @@ func (c *conn) reply(id uint64, res any, err error) error {
 
 // writeReply writes one reply frame. A failed write closes the connection:
 // the stream cannot be trusted after a partial frame.
+// largeReply is the size from which a bin result is written with writev
+// after its header instead of being copied into the reply frame.
+const largeReply = 32 << 10
+
 func (c *conn) writeReply(id uint64, we *wire.Error, res any) error {
-	frame, err := wire.EncodeReply(id, we, res)
-	if err != nil {
-		c.log.Error().Err(err).Msg("encode reply")
-		frame, _ = wire.EncodeReply(id, &wire.Error{Code: wire.CodeInternal, Message: "cannot encode reply"}, nil)
+	var bufs net.Buffers
+	if b, ok := res.([]byte); ok && we == nil && len(b) >= largeReply {
+		if head, err := wire.EncodeBinReplyHead(id, len(b)); err == nil {
+			bufs = net.Buffers{head, b}
+		}
+	}
+	if bufs == nil {
+		frame, err := wire.EncodeReply(id, we, res)
+		if err != nil {
+			c.log.Error().Err(err).Msg("encode reply")
+			frame, _ = wire.EncodeReply(id, &wire.Error{Code: wire.CodeInternal, Message: "cannot encode reply"}, nil)
+		}
+		bufs = net.Buffers{frame}
 	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	_ = c.nc.SetWriteDeadline(time.Now().Add(c.srv.cfg.WriteTimeout))
-	if _, err := c.nc.Write(frame); err != nil {
+	if _, err := bufs.WriteTo(c.nc); err != nil {
 		c.close()
 		return err
 	}

@@ -2,7 +2,9 @@ package wire
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
+	"io"
 	"math"
 	"sync"
 
@@ -58,7 +60,7 @@ func DecodeRequest(body []byte) (Request, error) {
 	if req.Op, err = decodeStr(dec); err != nil {
 		return req, fmt.Errorf("%w: request op: %v", ErrMalformed, err)
 	}
-	if req.Args, err = decodeArgs(dec); err != nil {
+	if req.Args, err = decodeArgs(dec, &frameSrc{body: body, rd: rd}); err != nil {
 		return req, err
 	}
 	if rd.Len() != 0 {
@@ -67,7 +69,31 @@ func DecodeRequest(body []byte) (Request, error) {
 	return req, nil
 }
 
-func decodeArgs(dec *msgpack.Decoder) (Args, error) {
+// frameSrc lets bin values be taken as sub-slices of the frame body instead
+// of copies: a 1 MiB queue item is then read from the socket once and never
+// copied again in the daemon. The body is allocated per frame and never
+// reused, so holding on to a sub-slice is safe.
+type frameSrc struct {
+	body []byte
+	rd   *bytes.Reader // the decoder reads straight from it (no buffering)
+}
+
+func (f *frameSrc) bin(dec *msgpack.Decoder) ([]byte, error) {
+	n, err := dec.DecodeBytesLen()
+	if err != nil {
+		return nil, err
+	}
+	pos := len(f.body) - f.rd.Len()
+	if n < 0 || pos+n > len(f.body) {
+		return nil, fmt.Errorf("bin of %d bytes runs past the frame", n)
+	}
+	if _, err := f.rd.Seek(int64(n), io.SeekCurrent); err != nil {
+		return nil, err
+	}
+	return f.body[pos : pos+n : pos+n], nil
+}
+
+func decodeArgs(dec *msgpack.Decoder, src *frameSrc) (Args, error) {
 	n, err := dec.DecodeMapLen()
 	if err != nil {
 		return nil, fmt.Errorf("%w: args must be a map: %v", ErrMalformed, err)
@@ -81,7 +107,12 @@ func decodeArgs(dec *msgpack.Decoder) (Args, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: arg key: %v", ErrMalformed, err)
 		}
-		v, err := decodeScalar(dec)
+		var v any
+		if c, perr := dec.PeekCode(); perr == nil && msgpcode.IsBin(c) && src != nil {
+			v, err = src.bin(dec)
+		} else {
+			v, err = decodeScalar(dec)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("%w: arg %q: %v", ErrMalformed, k, err)
 		}
@@ -194,6 +225,29 @@ func EncodeReply(id uint64, e *Error, result any) ([]byte, error) {
 		}
 		return enc.EncodeNil()
 	})
+}
+
+// EncodeBinReplyHead builds the frame header and the start of a successful
+// reply whose result is a bin of n bytes; the n bytes follow it on the wire.
+// Writing the two with one writev spares copying a large item into the frame.
+func EncodeBinReplyHead(id uint64, n int) ([]byte, error) {
+	head, err := encode(func(enc *msgpack.Encoder) error {
+		if err := enc.EncodeArrayLen(3); err != nil {
+			return err
+		}
+		if err := enc.EncodeUint(id); err != nil {
+			return err
+		}
+		if err := enc.EncodeNil(); err != nil {
+			return err
+		}
+		return enc.EncodeBytesLen(n)
+	})
+	if err != nil {
+		return nil, err
+	}
+	binary.BigEndian.PutUint32(head, uint32(len(head)-HeaderSize+n))
+	return head, nil
 }
 
 // Reply is a decoded reply frame.

@@ -264,6 +264,10 @@ class Connection:
 
     def recv_reply(self) -> tuple[int, Any, Any]:
         body = self._recv_frame(self.max_frame + 4096)
+        if isinstance(body, bytearray):  # a large frame in a buffer of its own (never reused)
+            fast = _bin_reply(body)
+            if fast is not None:
+                return fast
         try:
             rep = msgpack.unpackb(body, raw=False)
             rid, err, result = rep
@@ -278,6 +282,34 @@ class Connection:
                 self.sock.close()
             except OSError:
                 pass
+
+
+_UINT = {0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8}
+_BINLEN = {0xC4: 1, 0xC5: 2, 0xC6: 4}
+
+
+def _bin_reply(body: Any) -> Optional[tuple[int, Any, Any]]:
+    """Parse ``[id, nil, <bin>]`` by hand and return the bin as a view of the
+    frame buffer, sparing msgpack's copy of a large item; None for any other
+    shape (the caller then decodes normally)."""
+    if body[0] != 0x93:
+        return None
+    c = body[1]
+    if c < 0x80:
+        rid, pos = c, 2
+    elif c in _UINT:
+        k = _UINT[c]
+        rid, pos = int.from_bytes(body[2:2 + k], "big"), 2 + k
+    else:
+        return None
+    if body[pos] != 0xC0 or body[pos + 1] not in _BINLEN:
+        return None
+    k = _BINLEN[body[pos + 1]]
+    n = int.from_bytes(body[pos + 2:pos + 2 + k], "big")
+    start = pos + 2 + k
+    if start + n != len(body):
+        return None
+    return rid, None, memoryview(body)[start:]
 
 
 def _alive(sock: socket.socket) -> bool:

@@ -297,7 +297,7 @@ class QueueProxy(BaseProxy):
         return _loads(data)
 
     def _undo_get(self, data: Any) -> None:
-        if isinstance(data, (bytes, bytearray)):
+        if isinstance(data, (bytes, bytearray, memoryview)):
             self._client.call("unget", self._args({}), blob_key="item", blob=data)
 
     def put_nowait(self, item: Any) -> None:

@@ -265,3 +265,25 @@ def test_status_lists_objects(m):
     names = {o["name"]: o for o in st["objects"]}
     assert names["status-ev"]["state"] == "set"
     assert st["server"]["sessions"] >= 1
+
+
+def test_large_items_from_many_threads_arrive_intact(m):
+    q = m.Queue()
+    errors = []
+
+    def worker(seed):
+        try:
+            for i in range(20):
+                a = np.full(300_000 // 8, seed * 1000 + i, dtype=np.int64)
+                q.put(a)
+                b = q.get(timeout=30)
+                assert b.shape == a.shape and len(set(b[::997].tolist())) == 1
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    ts = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+    assert not errors
