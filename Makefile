@@ -52,7 +52,7 @@ soak: build
 soak-smoke: build
 	$(GO) run ./tests/soak -bin $(BIN) -clients 16 -ops 400 -kill-every 50ms -max-time 120s
 
-test: test-go fuzz soak-smoke test-py bench-smoke
+test: test-go fuzz soak-smoke bench-smoke test-py
 
 demo: build venv
 	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) examples/ray_replay_demo.py $(DEMO_ARGS)
