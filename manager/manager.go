@@ -126,7 +126,7 @@ type Session struct {
 
 	mu    sync.Mutex // leaf lock: taken inside object mutexes
 	holds map[holder]int
-	onEnd []func() // guarded by mu; nil once the session ended
+	onEnd []func()      // guarded by mu; nil once the session ended
 	done  chan struct{} // closed when the session ends
 }
 

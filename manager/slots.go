@@ -14,9 +14,9 @@ const MaxSlot Slot = 1<<32 - 1
 // Slots allocates slot ids: the lowest free id first, so ids stay small.
 type Slots struct {
 	mu   sync.Mutex
-	next Slot          // the lowest id never handed out
-	free []Slot        // ids handed out and returned, reused lowest first
-	pins map[Slot]int  // ids in use: pins held (the session's own counts as one)
+	next Slot         // the lowest id never handed out
+	free []Slot       // ids handed out and returned, reused lowest first
+	pins map[Slot]int // ids in use: pins held (the session's own counts as one)
 }
 
 // NewSlots returns an empty allocator.

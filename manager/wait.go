@@ -40,7 +40,7 @@ func (q *waitQueue) push(w *waiter) {
 		q.word.setWaiters(true)
 	}
 }
-func (q *waitQueue) len() int       { return q.l.Len() }
+func (q *waitQueue) len() int { return q.l.Len() }
 
 func (q *waitQueue) front() *waiter {
 	if e := q.l.Front(); e != nil {
