@@ -301,7 +301,8 @@ func (l *List) Len() int {
 func (l *List) Snapshot() ([][]byte, uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return append([][]byte(nil), l.items...), l.version
+	// Never nil: an empty list is an empty array on the wire, not nil.
+	return append(make([][]byte, 0, len(l.items)), l.items...), l.version
 }
 
 // Replace sets all items if the list is still at version (or always when

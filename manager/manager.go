@@ -7,6 +7,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/syncmgr/syncmgr/wire"
 )
 
 // Kind names a type of shared object; the strings are the wire names.
@@ -14,19 +16,19 @@ type Kind string
 
 // The kinds of objects.
 const (
-	KindLock             Kind = "lock"
-	KindRLock            Kind = "rlock"
-	KindSemaphore        Kind = "semaphore"
-	KindBoundedSemaphore Kind = "bounded_semaphore"
-	KindEvent            Kind = "event"
-	KindValue            Kind = "value"
-	KindQueue            Kind = "queue"
-	KindJoinableQueue    Kind = "joinable_queue"
-	KindCondition        Kind = "condition"
-	KindBarrier          Kind = "barrier"
-	KindDict             Kind = "dict"
-	KindList             Kind = "list"
-	KindNamespace        Kind = "namespace"
+	KindLock             Kind = wire.KindLock
+	KindRLock            Kind = wire.KindRLock
+	KindSemaphore        Kind = wire.KindSemaphore
+	KindBoundedSemaphore Kind = wire.KindBoundedSemaphore
+	KindEvent            Kind = wire.KindEvent
+	KindValue            Kind = wire.KindValue
+	KindQueue            Kind = wire.KindQueue
+	KindJoinableQueue    Kind = wire.KindJoinableQueue
+	KindCondition        Kind = wire.KindCondition
+	KindBarrier          Kind = wire.KindBarrier
+	KindDict             Kind = wire.KindDict
+	KindList             Kind = wire.KindList
+	KindNamespace        Kind = wire.KindNamespace
 )
 
 // Object is implemented by every shared object.
@@ -408,7 +410,7 @@ func (m *Manager) newObject(kind Kind, name string, p Params) (Object, error) {
 	case KindList:
 		return newList(name), nil
 	default:
-		return nil, fmt.Errorf("%w: unknown kind %q", ErrValue, kind)
+		return nil, fmt.Errorf("%w %q", ErrUnknownKind, kind)
 	}
 }
 
