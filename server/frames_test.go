@@ -98,7 +98,7 @@ func TestGetUndoneWhenReplyCannotBeWritten(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	ts.waitSessions(t, 1)                               // the write deadline ends the raw connection and its session
+	ts.waitSessions(t, 1) // the write deadline ends the raw connection and its session
 
 	got := call(t, other, "get", obj("queue", "Q", "timeout", 5))
 	if b, _ := got.([]byte); !bytes.Equal(b, big) {
