@@ -123,7 +123,7 @@ func (l *Lock) Describe() (string, int) {
 	if l.st.Owner() == 0 {
 		return "unlocked", l.waiters.len()
 	}
-	return fmt.Sprintf("locked by session %d thread %d", l.holder.ID, int64(l.st.TID.Load())), l.waiters.len()
+	return fmt.Sprintf("locked by %s thread %d", describeOwner(l.holder, l.st.Owner()), int64(l.st.TID.Load())), l.waiters.len()
 }
 
 func (l *Lock) fail(err error) {
@@ -250,11 +250,11 @@ func (r *RLock) releaseSession(s *Session) {
 func (r *RLock) Describe() (string, int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	_, tid, depth := r.st.Owner()
+	slot, tid, depth := r.st.Owner()
 	if depth == 0 {
 		return "unlocked", r.waiters.len()
 	}
-	return fmt.Sprintf("locked by session %d thread %d, depth %d", r.holder.ID, tid, depth), r.waiters.len()
+	return fmt.Sprintf("locked by %s thread %d, depth %d", describeOwner(r.holder, slot), tid, depth), r.waiters.len()
 }
 
 func (r *RLock) fail(err error) {
@@ -262,4 +262,13 @@ func (r *RLock) fail(err error) {
 	defer r.mu.Unlock()
 	r.dead = err
 	r.waiters.failAll(err)
+}
+
+// describeOwner names a holder for status listings: by session id when the
+// daemon recorded the holder, by slot otherwise (a word set from outside).
+func describeOwner(holder *Session, slot Slot) string {
+	if holder != nil && holder.Slot() == slot {
+		return fmt.Sprintf("session %d", holder.ID)
+	}
+	return fmt.Sprintf("slot %d", slot)
 }
