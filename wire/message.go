@@ -70,8 +70,8 @@ func DecodeRequest(body []byte) (Request, error) {
 }
 
 // MaxIDPrefix is how many bytes of a request body PeekRequestID needs: the
-// array header (1 byte) and the largest id (9 bytes).
-const MaxIDPrefix = 10
+// array header (at most 5 bytes) and the largest id (9 bytes).
+const MaxIDPrefix = 14
 
 // PeekRequestID reads the request id from the first bytes of a request
 // body (at most MaxIDPrefix), without the rest: the daemon answers a frame
@@ -80,12 +80,12 @@ func PeekRequestID(prefix []byte) (uint64, error) {
 	if len(prefix) == 0 {
 		return 0, fmt.Errorf("%w: empty request", ErrMalformed)
 	}
-	if prefix[0] != 0x93 { // fixarray of 3: [id, op, args]
-		return 0, fmt.Errorf("%w: request must be a 3-element array", ErrMalformed)
-	}
 	dec := decoderPool.Get().(*msgpack.Decoder)
 	defer decoderPool.Put(dec)
-	dec.Reset(bytes.NewReader(prefix[1:]))
+	dec.Reset(bytes.NewReader(prefix))
+	if n, err := dec.DecodeArrayLen(); err != nil || n != 3 {
+		return 0, fmt.Errorf("%w: request must be a 3-element array", ErrMalformed)
+	}
 	id, err := decodeID(dec)
 	if err != nil {
 		return 0, fmt.Errorf("%w: request id: %v", ErrMalformed, err)
