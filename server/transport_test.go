@@ -403,7 +403,7 @@ func TestMalformedFrames(t *testing.T) {
 		// Over the limit with no readable request id: nothing to answer
 		// under, so the connection ends (see TestOversizedFrameSkipped).
 		{"over the limit", func(r *rawConn) { r.nc.Write(append(hdr(1025), make([]byte, 1025)...)) }, wire.CodeTooLarge},
-		{"4 GiB claimed", func(r *rawConn) { r.nc.Write(append(hdr(0xffffffff), make([]byte, 10)...)) }, wire.CodeTooLarge},
+		{"4 GiB claimed", func(r *rawConn) { r.nc.Write(append(hdr(0xffffffff), make([]byte, wire.MaxIDPrefix)...)) }, wire.CodeTooLarge},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

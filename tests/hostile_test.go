@@ -226,7 +226,7 @@ func hostileCases(d *daemon, good *proxy.Client) []hostileCase {
 			// After the handshake an oversized frame is skipped and answered
 			// under its request id (TestOversizedFrameSkipped in server);
 			// one whose body does not start with a request id is refused.
-			refusedAfterHandshake(t, append(hdr(0xffffffff), make([]byte, 10)...), wire.CodeTooLarge)
+			refusedAfterHandshake(t, append(hdr(0xffffffff), make([]byte, wire.MaxIDPrefix)...), wire.CodeTooLarge)
 			refusedAfterHandshake(t, append(hdr(maxFrame+1), make([]byte, 100)...), wire.CodeTooLarge)
 
 			// A well-formed request over the limit: answered under its id,
