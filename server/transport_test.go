@@ -433,6 +433,22 @@ func TestHandshakeLimits(t *testing.T) {
 		o.cfg.MaxConns = 3
 	})
 	good := ts.dial(t)
+	// The daemon counts a connection (frees its handshake slot, counts it
+	// as authenticated) just after the client's side of the handshake ends:
+	// wait for the counts, or a client could be let in or turned away early.
+	waitStat := func(key string, want int64) {
+		t.Helper()
+		for deadline := time.Now().Add(bound); ; time.Sleep(time.Millisecond) {
+			st := call(t, good, "status", nil).(map[string]any)["server"].(map[string]any)
+			if st[key] == want || st[key] == uint64(want) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s stays at %v, want %d", key, st[key], want)
+			}
+		}
+	}
+	waitStat("handshaking", 0)
 	silent := func() net.Conn {
 		nc, err := net.Dial("unix", ts.path)
 		if err != nil {
@@ -489,6 +505,7 @@ func TestHandshakeLimits(t *testing.T) {
 	ts.waitSessions(t, 1)
 	ts.dial(t)
 	ts.dial(t)
+	waitStat("connections", 3)
 	_, err := proxy.Dial(ctx, ts.path, testKey)
 	var we *wire.Error
 	if !errors.As(err, &we) || we.Code != wire.CodeLimit {
