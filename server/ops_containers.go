@@ -14,10 +14,7 @@ func containerOps(t *opTable) {
 		if err != nil {
 			return nil, err
 		}
-		if e, ok := d.Get(key); ok {
-			return e.Value, nil
-		}
-		return nil, wire.Errorf(wire.CodeKeyError, "key not found")
+		return d.Value(key)
 	}), nil)
 	t.objectOp(f, dictKinds, wire.OpSet, dictOp(func(d *manager.Dict, a wire.Args) (any, error) {
 		e, err := dictEntry(a)
@@ -40,9 +37,9 @@ func containerOps(t *opTable) {
 	}), nil)
 	t.objectOp(f, dictKinds, wire.OpPop, dictOp(dictPop), nil)
 	t.objectOp(f, dictKinds, wire.OpPopItem, dictOp(func(d *manager.Dict, a wire.Args) (any, error) {
-		e, ok := d.PopItem()
-		if !ok {
-			return nil, wire.Errorf(wire.CodeKeyError, "popitem(): dictionary is empty")
+		e, err := d.PopLast()
+		if err != nil {
+			return nil, err
 		}
 		return []any{e.KeyP, e.Value}, nil
 	}), nil)
@@ -157,10 +154,7 @@ func containerOps(t *opTable) {
 		if err != nil {
 			return nil, err
 		}
-		if i, ok := l.Index(v); ok {
-			return i, nil
-		}
-		return nil, wire.Errorf(wire.CodeValueError, "list.index(x): x not in list")
+		return l.IndexOf(v)
 	}), nil)
 	t.objectOp(f, list, wire.OpCount, listOp(func(l *manager.List, a wire.Args) (any, error) {
 		v, err := a.Bytes(wire.ArgValue)
@@ -217,11 +211,7 @@ func dictPop(d *manager.Dict, a wire.Args) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	e, ok := d.Delete(key)
-	if !ok {
-		return nil, wire.Errorf(wire.CodeKeyError, "key not found")
-	}
-	return e.Value, nil
+	return d.Pop(key)
 }
 
 // binList decodes the "items" argument: a msgpack array of bins carried as
