@@ -16,14 +16,14 @@ from __future__ import annotations
 import ctypes
 import math
 import pickle
-import queue
 import threading
 import time
 import weakref
 from typing import Any, Callable, ClassVar, Optional
 
 from . import exceptions as exc
-from ._connection import Client, get_client
+from ._connection import get_client
+from ._transport import Transport
 
 _PICKLE_PROTOCOL = 5
 
@@ -48,10 +48,10 @@ class BaseProxy:
     """Common behaviour of all proxies."""
 
     _kind: ClassVar[str] = ""
-    _client: Client
+    _client: Transport
     _name: str
 
-    def _bind(self, client: Client, name: str, owned: bool) -> None:
+    def _bind(self, client: Transport, name: str, owned: bool) -> None:
         self._client = client
         self._name = name
         self._anon = name.startswith("anon-")
@@ -276,24 +276,14 @@ class QueueProxy(BaseProxy):
         else:
             t = _timeout_arg(True, timeout, minus_one_forever=False)
             wait = t
-        try:
-            self._call_blocking("put", wait, blob_key="item", blob=data, block=block, timeout=t)
-        except exc.SyncMgrError as e:
-            if e.code == "full":
-                raise queue.Full from None
-            raise
+        self._call_blocking("put", wait, blob_key="item", blob=data, block=block, timeout=t)
 
     def get(self, block: bool = True, timeout: Optional[float] = None) -> Any:
         if not block:
             t: Optional[float] = 0.0
         else:
             t = _timeout_arg(True, timeout, minus_one_forever=False)
-        try:
-            data = self._call_blocking("get", t, undo=self._undo_get, block=block, timeout=t)
-        except exc.SyncMgrError as e:
-            if e.code == "empty":
-                raise queue.Empty from None
-            raise
+        data = self._call_blocking("get", t, undo=self._undo_get, block=block, timeout=t)
         return _loads(data)
 
     def _undo_get(self, data: Any) -> None:
