@@ -19,9 +19,11 @@ import collections
 import hashlib
 import hmac
 import itertools
+import logging
 import os
 import socket
 import ssl
+import stat
 import sys
 import threading
 import time
@@ -31,6 +33,8 @@ import msgpack
 
 from . import exceptions as exc
 from ._framing import HEADER, bin_reply, check_size, encode_request, frame, packb, sendmsg_all
+
+_log = logging.getLogger("syncmgr")
 
 PROTOCOL_VERSION = 1
 _HANDSHAKE_MAX = 4 << 10
@@ -95,6 +99,66 @@ def key_from_env() -> bytes:
     return key
 
 
+def _same_address(a: str, b: str) -> bool:
+    def norm(x: str) -> str:
+        x = x[len("unix://"):] if x.startswith("unix://") else x
+        return x if x.startswith("tcp://") else os.path.abspath(x)
+    return norm(a) == norm(b)
+
+
+def key_file_beside(address: str) -> Optional[bytes]:
+    """The key in the 0600 ``syncmgr.key`` beside a Unix socket (written by an
+    embedded daemon's manager), or None. The file must be a regular file of
+    this uid, readable by nobody else, and is opened without following a
+    symlink."""
+    if address.startswith("tcp://"):
+        return None
+    path = address[len("unix://"):] if address.startswith("unix://") else address
+    kpath = os.path.join(os.path.dirname(os.path.abspath(path)), "syncmgr.key")
+    try:
+        fd = os.open(kpath, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+            _log.warning("ignoring %s: not a regular file of this user with mode 0600", kpath)
+            return None
+        data = os.read(fd, 4096)
+    finally:
+        os.close(fd)
+    try:
+        key = bytes.fromhex(data.decode().strip())
+    except ValueError:
+        return None
+    return key or None
+
+
+def key_for(address: str) -> bytes:
+    """The authkey for the daemon at address, when none was given.
+
+    In order: the environment's key ($SYNCMGR_AUTHKEY or
+    $SYNCMGR_AUTHKEY_FILE) when $SYNCMGR_ADDRESS is unset or names this
+    address; the key file beside the socket of an embedded daemon; the
+    environment's key anyway; else AuthenticationError. So a child finds the
+    key of the daemon its proxy names, whichever manager started first, and
+    whether or not its environment was inherited (forkserver).
+    """
+    env_addr = os.environ.get("SYNCMGR_ADDRESS")
+    have_env = "SYNCMGR_AUTHKEY" in os.environ or "SYNCMGR_AUTHKEY_FILE" in os.environ
+    if have_env and (not env_addr or _same_address(env_addr, address)):
+        return key_from_env()
+    key = key_file_beside(address)
+    if key is not None:
+        return key
+    if have_env:
+        return key_from_env()
+    raise exc.AuthenticationError(
+        f"no syncmgr authkey for {address}: set SYNCMGR_AUTHKEY (hex) or SYNCMGR_AUTHKEY_FILE in this process's "
+        "environment (with Ray: ray.init(runtime_env=manager.runtime_env()))"
+    )
+
+
 def get_client(address: str, authkey: Optional[bytes] = None, ssl_context: Optional[ssl.SSLContext] = None) -> Client:
     """The process's client for address (created on first use)."""
     with _clients_lock:
@@ -102,7 +166,7 @@ def get_client(address: str, authkey: Optional[bytes] = None, ssl_context: Optio
         if c is None or (authkey is not None and c._key != authkey) or (
             ssl_context is not None and c._ssl is not ssl_context
         ):
-            c = Client(address, authkey if authkey is not None else key_from_env(), ssl_context)
+            c = Client(address, authkey if authkey is not None else key_for(address), ssl_context)
             _clients[address] = c
         return c
 

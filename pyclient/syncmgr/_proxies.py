@@ -129,6 +129,8 @@ class AcquirerProxy(BaseProxy):
                 raise ValueError("can't specify a timeout for a non-blocking call")
             return bool(self._call("acquire", block=False, tid=tid))
         t = _timeout_arg(True, timeout, minus_one_forever=True)
+        if t is not None and t > threading.TIMEOUT_MAX:
+            raise OverflowError("timeout value is too large")
         return bool(self._call_blocking("acquire", t, undo=self._undo_acquire, tid=tid, timeout=t))
 
     def _undo_acquire(self, got: Any) -> None:
@@ -235,6 +237,8 @@ class ValueProxy(BaseProxy):
             v = v.item()
         if not isinstance(v, (int, float, bool)):
             raise TypeError(f"a value of typecode {self._code!r} holds numbers, not {type(v).__name__}")
+        if isinstance(v, bool) and self._code != "?":
+            return int(v)  # a bool is an int, as multiprocessing.Value('i', True) accepts
         return v
 
     def _decode(self, v: Any) -> Any:
