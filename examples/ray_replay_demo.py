@@ -485,6 +485,7 @@ def learn(cfg: Config, rb: Any, stop: Any, credits: Any, weight_qs: list, added_
     last_tick = last_poll = t0
     last_added = last_samples = last_updates = 0
     added = 0
+    t_first: Optional[float] = None  # the first update, after the warm-up
     try:
         while True:
             now = time.monotonic()
@@ -519,6 +520,8 @@ def learn(cfg: Config, rb: Any, stop: Any, credits: Any, weight_qs: list, added_
                 time.sleep(0.02)
                 added = sum(v.value for v in added_values)
                 continue
+            if t_first is None:
+                t_first = time.monotonic()
             beta = cfg.beta0 + (1.0 - cfg.beta0) * min(1.0, updates / cfg.beta_updates)
             t = time.perf_counter()
             s = rb.sample(cfg.batch_size, beta)
@@ -562,13 +565,15 @@ def learn(cfg: Config, rb: Any, stop: Any, credits: Any, weight_qs: list, added_
         stop.set()
     now = time.monotonic()
     learn_seconds = max(now - t0, 1e-9)
+    train_seconds = max(now - (t_first if t_first is not None else now), 1e-9)
     added = sum(v.value for v in added_values)
     if now > last_tick:
         series.append(rates(now - t0, now - last_tick, added - last_added, samples - last_samples,
                             updates - last_updates))
     return {"reason": reason, "solved": solved_at is not None, "solved_at": solved_at, "curve": curve,
             "series": series, "best_return": best if curve else None, "updates": updates,
-            "samples": samples, "learn_seconds": learn_seconds, "added_live": added,
+            "samples": samples, "learn_seconds": learn_seconds, "updating_seconds": train_seconds,
+            "added_live": added,
             "sample_seconds": t_sample, "priority_seconds": t_prio, "train_seconds": t_train}
 
 
@@ -609,7 +614,7 @@ def summarize(res: dict) -> list[str]:
     ex = res["explorers"]
     added = sum(e["added"] for e in ex)
     steps = sum(e["steps"] for e in ex)
-    ls = res["learn_seconds"]
+    ls, us = res["learn_seconds"], res["updating_seconds"]
     add_calls = max(sum(e["add_calls"] for e in ex), 1)
     add_s = sum(e["add_seconds"] for e in ex)
     upd = max(res["updates"], 1)
@@ -632,13 +637,13 @@ def summarize(res: dict) -> list[str]:
         f"  weight pushes taken   {sum(e['weight_pulls'] for e in ex)}",
         f"  add throughput        {added / ls:8.0f} transitions/s   {1e3 * add_s / add_calls:6.2f} ms per add "
         f"({add_calls} calls, ~{added / add_calls:.0f} each)",
-        f"  sample throughput     {res['samples'] / ls:8.0f} samples/s       "
+        f"  sample throughput     {res['samples'] / us:8.0f} samples/s       "
         f"{1e3 * res['sample_seconds'] / upd:6.2f} ms per sample({cfg['batch_size']})",
-        f"  update throughput     {res['updates'] / ls:8.0f} updates/s       "
+        f"  update throughput     {res['updates'] / us:8.0f} updates/s       "
         f"{1e3 * res['priority_seconds'] / upd:6.2f} ms per update_priorities, "
         f"{1e3 * res['train_seconds'] / upd:.2f} ms per gradient step",
         f"  wall time             {res['wall_seconds']:.1f} s  (Ray and explorers up in "
-        f"{res['ray_start_seconds']:.1f} s, learning {ls:.1f} s)",
+        f"{res['ray_start_seconds']:.1f} s, learning {ls:.1f} s of which updating {us:.1f} s)",
     ]
     left = [n for n in res["shm_left"] if n not in res["shm_pending_atexit"]]
     if not res["shm_left"]:
@@ -738,7 +743,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     if left:
         print(f"demo FAILED: {len(left)} files left in /dev/shm", file=sys.stderr)
         return 1
-    print("demo finished OK: learned, nothing left behind")
+    if res["shm_pending_atexit"]:
+        print("demo finished OK: learned; cpprb's atexit hook removes its /dev/shm files as this process exits")
+    else:
+        print("demo finished OK: learned, nothing left behind")
     return 0
 
 
@@ -812,12 +820,12 @@ def _median(xs: list[float]) -> float:
 def compare_table(runs: dict[str, list[dict]]) -> list[str]:
     def fig(res: dict) -> dict[str, float]:
         ex = res["explorers"]
-        ls = res["learn_seconds"]
+        ls, us = res["learn_seconds"], res["updating_seconds"]
         upd = max(res["updates"], 1)
         return {"solve": res["solved_at"]["t"] if res["solved_at"] else float("nan"),
                 "steps": res["solved_at"]["env_steps"] if res["solved_at"] else float("nan"),
-                "add": sum(e["added"] for e in ex) / ls, "sample": res["samples"] / ls,
-                "updates": res["updates"] / ls,
+                "add": sum(e["added"] for e in ex) / ls, "sample": res["samples"] / us,
+                "updates": res["updates"] / us,
                 "add_ms": 1e3 * sum(e["add_seconds"] for e in ex) / max(sum(e["add_calls"] for e in ex), 1),
                 "sample_ms": 1e3 * res["sample_seconds"] / upd, "prio_ms": 1e3 * res["priority_seconds"] / upd}
 
