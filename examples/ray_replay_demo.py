@@ -350,25 +350,31 @@ class ShmWatch:
 
 
 class Progress:
-    """A tqdm bar on a terminal; a plain line every few seconds otherwise (CI logs)."""
+    """On a terminal, a tqdm bar of the best greedy return against the target;
+    otherwise (CI logs) a plain line every few seconds."""
 
-    def __init__(self, total: int, every: float = 5.0, enabled: bool = True) -> None:
-        self.tty = enabled and sys.stdout.isatty()
+    def __init__(self, target: float, every: float = 2.0, enabled: bool = True) -> None:
         self.enabled, self.every, self.last = enabled, every, 0.0
         self.bar: Any = None
-        if self.tty:
+        if enabled and sys.stdout.isatty():
             from tqdm import tqdm
 
-            self.bar = tqdm(total=total, unit="upd", dynamic_ncols=True, leave=True, file=sys.stdout)
+            try:
+                sized = os.get_terminal_size(sys.stdout.fileno()).columns > 0
+            except OSError:
+                sized = False
+            self.bar = tqdm(total=int(target), desc="best greedy return", leave=True, file=sys.stdout,
+                            dynamic_ncols=sized, ncols=None if sized else 120,  # a pty without a size: 120
+                            bar_format="{desc}: {n:.0f}/{total_fmt} |{bar}| {elapsed}{postfix}")
 
-    def update(self, n_done: int, info: dict[str, str]) -> None:
+    def update(self, best: float, info: dict[str, str], force: bool = False) -> None:
         if self.bar is not None:
-            self.bar.n = n_done
+            self.bar.n = max(0.0, min(best, float(self.bar.total)))
             self.bar.set_postfix(info, refresh=False)
             self.bar.refresh()
             return
         now = time.monotonic()
-        if self.enabled and now - self.last >= self.every:
+        if self.enabled and (force or now - self.last >= self.every):
             self.last = now
             print("  " + "  ".join(f"{k} {v}" for k, v in info.items()), flush=True)
 
@@ -480,12 +486,20 @@ def learn(cfg: Config, rb: Any, stop: Any, credits: Any, weight_qs: list, added_
     best = -math.inf
     solved_at: Optional[dict] = None
     reason = ""
-    bar = Progress(cfg.max_updates, enabled=progress)
+    bar = Progress(cfg.target_return, enabled=progress)
     t0 = time.monotonic()
     last_tick = last_poll = t0
     last_added = last_samples = last_updates = 0
     added = 0
     t_first: Optional[float] = None  # the first update, after the warm-up
+
+    def show(now: float, force: bool = False) -> None:
+        bar.update(best if curve else 0.0,
+                   {"t": f"{now - t0:.0f}s", "env steps": str(added), "updates": str(updates),
+                    "last eval": f"{curve[-1]['return']:.0f}" if curve else "-",
+                    "best": f"{best:.0f}" if curve else "-",
+                    "updates/s": f"{series[-1]['updates_per_s']:.0f}" if series else "-"}, force)
+
     try:
         while True:
             now = time.monotonic()
@@ -500,10 +514,7 @@ def learn(cfg: Config, rb: Any, stop: Any, credits: Any, weight_qs: list, added_
                     series.append(rates(now - t0, now - last_tick, added - last_added, samples - last_samples,
                                         updates - last_updates))
                 last_tick, last_added, last_samples, last_updates = now, added, samples, updates
-                bar.update(updates, {"t": f"{now - t0:.0f}s", "steps": str(added), "updates": str(updates),
-                                     "eval": f"{curve[-1]['return']:.0f}" if curve else "-",
-                                     "best": f"{best:.0f}" if curve else "-",
-                                     "upd/s": f"{series[-1]['updates_per_s']:.0f}" if series else "-"})
+                show(now)
                 if now - last_poll >= 5.0:
                     watch.poll()
                     last_poll = now
@@ -556,6 +567,7 @@ def learn(cfg: Config, rb: Any, stop: Any, credits: Any, weight_qs: list, added_
                 added = sum(v.value for v in added_values)
                 curve.append({"t": el, "updates": updates, "env_steps": added, "return": ret})
                 best = max(best, ret)
+                show(time.monotonic(), force=bar.bar is not None or ret >= cfg.target_return)
                 if ret >= cfg.target_return:
                     solved_at = curve[-1]
                     reason = f"solved: greedy return {ret:.1f} >= {cfg.target_return:.0f}"
@@ -709,7 +721,8 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument("--compare", action="store_true",
                    help="run syncmgr and multiprocessing, print the ratios, update docs/benchmarks.md")
-    p.add_argument("--repeats", type=int, default=1, help="with --compare: runs per context, interleaved")
+    p.add_argument("--repeats", type=int, default=3,
+                   help="with --compare: runs per context (seeds --seed, --seed+1, ...), interleaved")
     p.add_argument("--no-docs", action="store_true", help="with --compare: do not touch docs/benchmarks.md")
     return p.parse_args(argv)
 
@@ -778,23 +791,24 @@ def compare(args: argparse.Namespace, argv: list[str]) -> int:
     for a in it:
         if a in skip:
             continue
-        if a in ("--repeats", "--ctx", "--json", "--plot"):
+        if a in ("--repeats", "--ctx", "--json", "--plot", "--seed"):
             next(it, None)
             continue
-        if a.startswith(("--repeats=", "--ctx=", "--json=", "--plot=")):
+        if a.startswith(("--repeats=", "--ctx=", "--json=", "--plot=", "--seed=")):
             continue
         extra.append(a)
     if "--quiet" not in extra:
         extra.append("--quiet")
-    order = []
+    order: list[tuple[str, int]] = []  # both contexts get the same seeds, in alternating order
     for r in range(args.repeats):
-        order += ["syncmgr", "multiprocessing"] if r % 2 == 0 else ["multiprocessing", "syncmgr"]
+        pair = ["syncmgr", "multiprocessing"] if r % 2 == 0 else ["multiprocessing", "syncmgr"]
+        order += [(ctx, args.seed + r) for ctx in pair]
     runs: dict[str, list[dict]] = {"syncmgr": [], "multiprocessing": []}
     failures = []
     with tempfile.TemporaryDirectory(prefix="syncmgr-demo-compare-") as tmp:
-        for i, ctx in enumerate(order):
-            rc, res, left_after = _child_run(ctx, extra + ["--plot", os.path.join(
-                tempfile.gettempdir(), f"syncmgr-demo-{os.getuid()}", f"ray_replay_demo-{ctx}-{i}.png")],
+        for i, (ctx, seed) in enumerate(order):
+            rc, res, left_after = _child_run(ctx, extra + ["--seed", str(seed), "--plot", os.path.join(
+                tempfile.gettempdir(), f"syncmgr-demo-{os.getuid()}", f"ray_replay_demo-{ctx}-seed{seed}.png")],
                 os.path.join(tmp, f"{i}.json"))
             if not res:
                 failures.append(f"{ctx} run {i} produced no figures (exit {rc})")
