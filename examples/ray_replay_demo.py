@@ -500,7 +500,8 @@ def learn(cfg: Config, rb: Any, stop: Any, credits: Any, weight_qs: list, added_
                    {"t": f"{now - t0:.0f}s", "env steps": str(added), "updates": str(updates),
                     "last eval": f"{curve[-1]['return']:.0f}" if curve else "-",
                     "best": f"{best:.0f}" if curve else "-",
-                    "updates/s": f"{series[-1]['updates_per_s']:.0f}" if series else "-"}, force)
+                    "updates/s": f"{updates / (now - t_first):.0f}" if t_first is not None and now > t_first
+                    else "-"}, force)
 
     try:
         while True:
