@@ -409,7 +409,18 @@ def make_context(kind: str) -> tuple[Any, dict, Optional[str], str]:
     raise ValueError(f"unknown --ctx {kind!r}: syncmgr or multiprocessing")
 
 
-def run(cfg: Config, *, progress: bool = True, log: Any = print) -> dict:
+def mapped_shm() -> set[str]:
+    """The /dev/shm files this process has mapped."""
+    names = set()
+    with open("/proc/self/maps") as f:
+        for line in f:
+            i = line.find(SHM_DIR + "/")
+            if i >= 0:
+                names.add(line[i + len(SHM_DIR) + 1:].rstrip("\n").removesuffix(" (deleted)"))
+    return names
+
+
+def run(cfg: Config, *, progress: bool = True) -> dict:
     """One training run; returns its figures. Starts a local Ray cluster unless one is up."""
     import ray
     from cpprb import MPPrioritizedReplayBuffer
@@ -422,6 +433,7 @@ def run(cfg: Config, *, progress: bool = True, log: Any = print) -> dict:
     if own_ray:
         ray.init(num_cpus=cfg.num_cpus, include_dashboard=False, configure_logging=False,
                  log_to_driver=True, object_store_memory=100 << 20)
+    before_buffer = mapped_shm()
     m, rb_kwargs, authkey_b64, label = make_context(cfg.ctx)
     registry: set[str] = set()
     res: dict[str, Any] = {"ctx": cfg.ctx, "label": label, "config": dataclasses.asdict(cfg)}
@@ -430,8 +442,16 @@ def run(cfg: Config, *, progress: bool = True, log: Any = print) -> dict:
                     "rew": {"dtype": np.float32}, "next_obs": {"shape": OBS_DIM, "dtype": np.float32},
                     "discount": {"dtype": np.float32}}
         rb = MPPrioritizedReplayBuffer(cfg.buffer_size, env_dict, alpha=cfg.alpha, **rb_kwargs)
+        # The buffer's memory: the /dev/shm files it made this process map, and
+        # how many of them the daemon's registry holds (its shm_list request,
+        # what `syncmgr status` shows).
+        replay = mapped_shm() - before_buffer
         if cfg.ctx == "syncmgr":
-            registry = {s["name"] for s in m._c().call("shm_list", {})["segments"]}
+            registry = {os.path.basename(s["path"]) for s in m._c().call("shm_list", {})["segments"]}
+        res["replay_files"] = len(replay)
+        res["replay_bytes"] = sum(os.stat(os.path.join(SHM_DIR, n)).st_size for n in replay
+                                  if os.path.exists(os.path.join(SHM_DIR, n)))
+        res["replay_in_registry"] = len(replay & registry)
         stop = m.Event()
         credits = m.Semaphore(0)
         weight_qs = [m.Queue(maxsize=1) for _ in range(cfg.explorers)]
@@ -444,7 +464,7 @@ def run(cfg: Config, *, progress: bool = True, log: Any = print) -> dict:
         futures = [a.run.remote(rb, stop, weight_qs[i], credits, added_values[i]) for i, a in enumerate(actors)]
         res["ray_start_seconds"] = time.monotonic() - t_wall0
         try:
-            res.update(learn(cfg, rb, stop, credits, weight_qs, added_values, futures, watch, progress, log, ray))
+            res.update(learn(cfg, rb, stop, credits, weight_qs, added_values, futures, watch, progress, ray))
         finally:
             stop.set()
             for _ in range(cfg.explorers):
@@ -471,7 +491,7 @@ def run(cfg: Config, *, progress: bool = True, log: Any = print) -> dict:
 
 
 def learn(cfg: Config, rb: Any, stop: Any, credits: Any, weight_qs: list, added_values: list,
-          futures: list, watch: ShmWatch, progress: bool, log: Any, ray: Any) -> dict:
+          futures: list, watch: ShmWatch, progress: bool, ray: Any) -> dict:
     """Sample, train, update priorities, push weights and evaluate until solved or out of budget."""
     rng = np.random.default_rng(cfg.seed)
     sizes = [OBS_DIM, cfg.hidden, cfg.hidden, N_ACTIONS]
@@ -656,6 +676,9 @@ def summarize(res: dict) -> list[str]:
         f"  transitions added     {added}  ({cfg['nstep']}-step returns; stored {res['stored']})",
         f"  samples drawn         {res['samples']}  ({res['updates']} batches of {cfg['batch_size']})",
         f"  weight pushes taken   {sum(e['weight_pulls'] for e in ex)}",
+        f"  replay memory         {res['replay_files']} files in /dev/shm, {res['replay_bytes'] / 2**20:.1f} MiB; "
+        + (f"{res['replay_in_registry']} of them segments in syncmgr's registry" if res["ctx"] == "syncmgr" else
+           "made by cpprb's SharedMemory backend, unknown to the manager"),
         f"  add throughput        {added / ls:8.0f} transitions/s   {1e3 * add_s / add_calls:6.2f} ms per add "
         f"({add_calls} calls, ~{added / add_calls:.0f} each)",
         f"  sample throughput     {res['samples'] / us:8.0f} samples/s       "

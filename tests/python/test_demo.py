@@ -105,12 +105,14 @@ def test_syncmgr_run_learns_and_leaves_nothing(cluster) -> None:
     res = demo.run(cfg, progress=False)
     check_run(res, cfg)
     assert res["shm_left"] == [] and res["shm_pending_atexit"] == []
+    assert res["replay_files"] > 0 and res["replay_in_registry"] == res["replay_files"]  # all memory in the registry
 
 
 def test_multiprocessing_run_with_the_authkey_workaround(cluster) -> None:
     cfg = short_config("multiprocessing")
     res = demo.run(cfg, progress=False)
     check_run(res, cfg)
+    assert res["replay_files"] > 0 and res["replay_in_registry"] == 0
     # Only cpprb's own SharedMemory segments remain, waiting for its atexit hook.
     assert res["shm_left"] == res["shm_pending_atexit"]
     assert all(n.startswith("psm_") for n in res["shm_left"])
@@ -121,7 +123,8 @@ def test_summary_and_plot(cluster, tmp_path) -> None:
     res = demo.run(cfg, progress=False)
     text = "\n".join(demo.summarize(res))
     for label in ("time to solve", "return milestones", "transitions added", "samples drawn", "add throughput",
-                  "sample throughput", "update throughput", "wall time", "nothing left behind"):
+                  "sample throughput", "update throughput", "wall time", "nothing left behind",
+                  "segments in syncmgr's registry"):
         assert label in text
     png = tmp_path / "curve.png"
     demo.plot(res, str(png))
