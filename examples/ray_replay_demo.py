@@ -271,6 +271,7 @@ class Explorer:
                 for v in out.values():
                     v.clear()
                 added_value.value = added  # this explorer is the only writer
+        env.close()
         return {"rank": self.rank, "eps": self.eps, "steps": steps, "added": added, "episodes": episodes,
                 "weight_pulls": pulls, "add_calls": add_calls, "add_seconds": add_seconds,
                 "mean_train_return": float(np.mean(returns)) if returns else 0.0}
@@ -671,7 +672,8 @@ def summarize(res: dict) -> list[str]:
     lines.append(f"  evaluations           {len(res['curve'])}: "
                  + " ".join(f"{c['return']:.0f}" for c in res["curve"]))
     lines += [
-        f"  explorers             {len(ex)}, epsilon " + ", ".join(f"{e['eps']:.4f}" for e in ex),
+        f"  explorers             {len(ex)}, epsilon " + " / ".join(f"{e['eps']:.4f}" for e in ex)
+        + ", mean return of their last 20 episodes " + " / ".join(f"{e['mean_train_return']:.0f}" for e in ex),
         f"  env steps             {steps}  ({sum(e['episodes'] for e in ex)} episodes)",
         f"  transitions added     {added}  ({cfg['nstep']}-step returns; stored {res['stored']})",
         f"  samples drawn         {res['samples']}  ({res['updates']} batches of {cfg['batch_size']})",
