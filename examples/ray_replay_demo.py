@@ -345,10 +345,12 @@ class ShmWatch:
             except OSError:
                 continue  # exited meanwhile, or not ours to read
 
-    def left(self, extra_names: set[str]) -> tuple[list[str], list[str]]:
-        """(files the run left behind, new files it never touched)."""
+    def left(self, extra_names: set[str], prefixes: tuple[str, ...] = ()) -> tuple[list[str], list[str]]:
+        """(files the run left behind, new files it never touched): a new file
+        is the run's if its processes touched it, it is named in extra_names
+        or it starts with one of prefixes (its own daemon's file prefix)."""
         new = self.listing() - self.before
-        ours = sorted(n for n in new if n in self.touched or n in extra_names)
+        ours = sorted(n for n in new if n in self.touched or n in extra_names or (prefixes and n.startswith(prefixes)))
         return ours, sorted(new - set(ours))
 
 
@@ -437,6 +439,7 @@ def run(cfg: Config, *, progress: bool = True) -> dict:
     before_buffer = mapped_shm()
     m, rb_kwargs, authkey_b64, label = make_context(cfg.ctx)
     registry: set[str] = set()
+    prefixes: tuple[str, ...] = ()
     res: dict[str, Any] = {"ctx": cfg.ctx, "label": label, "config": dataclasses.asdict(cfg)}
     try:
         env_dict = {"obs": {"shape": OBS_DIM, "dtype": np.float32}, "act": {"dtype": np.int64},
@@ -453,6 +456,9 @@ def run(cfg: Config, *, progress: bool = True) -> dict:
         res["replay_bytes"] = sum(os.stat(os.path.join(SHM_DIR, n)).st_size for n in replay
                                   if os.path.exists(os.path.join(SHM_DIR, n)))
         res["replay_in_registry"] = len(replay & registry)
+        # The daemon names its files with a prefix of its own: any new file with it is this run's.
+        common = os.path.commonprefix(sorted(registry)) if len(registry) > 1 else ""
+        prefixes = (common[:common.rfind("-") + 1],) if common.count("-") >= 2 else ()
         stop = m.Event()
         credits = m.Semaphore(0)
         weight_qs = [m.Queue(maxsize=1) for _ in range(cfg.explorers)]
@@ -474,6 +480,8 @@ def run(cfg: Config, *, progress: bool = True) -> dict:
         res["explorers"] = explorers
         res["stored"] = rb.get_stored_size()
         watch.poll()
+        if cfg.ctx == "syncmgr":
+            registry |= {os.path.basename(s["path"]) for s in m._c().call("shm_list", {})["segments"]}
         for a in actors:
             ray.kill(a)
     finally:
@@ -481,7 +489,8 @@ def run(cfg: Config, *, progress: bool = True) -> dict:
         if own_ray:
             ray.shutdown()
     res["wall_seconds"] = time.monotonic() - t_wall0
-    left, foreign = watch.left(registry)
+    left, foreign = watch.left(registry, prefixes)
+    res["shm_prefixes"] = list(prefixes)
     res["shm_left"], res["shm_foreign"] = left, foreign
     res["shm_pending_atexit"] = []
     if cfg.ctx == "multiprocessing":
