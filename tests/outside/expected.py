@@ -1,0 +1,43 @@
+"""The outside suites' expected failures under syncmgr, each with its reason.
+
+A test listed here may fail (or error) under the start methods named; any
+other failure is a regression and fails ``make test-outside``. Two kinds:
+
+* ``difference``: syncmgr differs from SyncManager on purpose (documented in
+  docs/python.md). If such a test starts passing, the run fails: the
+  difference is gone and its entry must go too.
+* ``fixed_on``: a client bug whose fix is on another branch, not yet merged
+  into this one. When the fix arrives the test passes; the run then prints
+  a note to remove the entry but does not fail, so branches merge in any order.
+
+Test ids are ``Class.test_name`` as the suite module generates them; for the
+CPython suite they depend on the interpreter's ``test/_test_multiprocessing.py``
+(the ids below are from CPython 3.11).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ALL = ("fork", "spawn", "forkserver")
+
+
+@dataclass(frozen=True)
+class Expected:
+    reason: str
+    methods: tuple[str, ...] = ALL
+    difference: bool = False  # on purpose; else a bug with fixed_on
+    fixed_on: str = ""  # the branch that fixes it
+
+
+EXPECTED: dict[str, dict[str, Expected]] = {
+    "cpython-manager": {
+        "WithManagerTestEvent.test_repr": Expected(
+            "repr(proxy) is '<EventProxy name at address>', not SyncManager's "
+            "\"<EventProxy object, typeid 'Event' at 0x...>\" that the test matches "
+            "(BaseProxy.__repr__ in _proxies.py)",
+            fixed_on="py",
+        ),
+    },
+    "cpprb": {},
+}
