@@ -8,6 +8,12 @@ left out because they test ``SyncManager`` itself rather than the objects a
 manager serves: the Pool tests and the ``BaseManager.register`` tests (custom
 manager classes, remote managers, manager restart).
 
+To these the module adds ``TestSyncManagerTypes``, the file's one plain
+TestCase about managers (CPython runs it among the "misc" tests, so
+``only_type='manager'`` leaves it out): each object type is handed to a child
+process that uses it. It makes its manager with ``manager_class()``, set to
+syncmgr's here; its ``test_pool`` is left out.
+
 The manager is substituted at the one point ``ManagerMixin.setUpClass``
 creates it (``cls.manager = multiprocessing.Manager()``): while that method
 runs, ``multiprocessing.Manager`` returns a started ``syncmgr.Manager``.
@@ -23,7 +29,10 @@ from the environment, which children inherit:
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.managers
 import os
+import unittest
+from collections.abc import Iterator
 from typing import Any, Optional
 
 START_METHOD = os.environ.get("SYNCMGR_OUTSIDE_START_METHOD", "fork")
@@ -35,6 +44,11 @@ EXCLUDED = {
     "WithManagerTestMyManager": "BaseManager.register: custom SyncManager subclasses",
     "WithManagerTestRemoteManager": "BaseManager.register: a remote BaseManager server",
     "WithManagerTestManagerRestart": "BaseManager.register: restarting a BaseManager server",
+}
+
+# Single tests that are not run, and why.
+EXCLUDED_TESTS = {
+    "TestSyncManagerTypes.test_pool": "Pool: syncmgr serves objects, not process pools",
 }
 
 # Why the suite cannot run here, or None.
@@ -77,11 +91,18 @@ def _install(globs: dict[str, Any]) -> None:
     cpy.install_tests_in_module_dict(globs, START_METHOD, only_type="manager")
     for name in EXCLUDED:
         globs.pop(name, None)
+    if MANAGER not in ("syncmgr", "stock"):
+        raise ValueError(f"SYNCMGR_OUTSIDE_MANAGER={MANAGER!r}: want syncmgr or stock")
+    tested = _syncmgr_manager_class() if MANAGER == "syncmgr" else multiprocessing.managers.SyncManager
+
+    class TestSyncManagerTypes(cpy.TestSyncManagerTypes):  # type: ignore[name-defined,misc]
+        manager_class = tested
+
+    TestSyncManagerTypes.__module__ = globs["__name__"]
+    TestSyncManagerTypes.__qualname__ = "TestSyncManagerTypes"
+    globs["TestSyncManagerTypes"] = TestSyncManagerTypes
     if MANAGER == "stock":
         return
-    if MANAGER != "syncmgr":
-        raise ValueError(f"SYNCMGR_OUTSIDE_MANAGER={MANAGER!r}: want syncmgr or stock")
-    tested = _syncmgr_manager_class()
     stock_setup = cpy.ManagerMixin.setUpClass.__func__
 
     def manager() -> Any:
@@ -96,6 +117,19 @@ def _install(globs: dict[str, Any]) -> None:
             multiprocessing.Manager = saved  # type: ignore[assignment]
 
     cpy.ManagerMixin.setUpClass = classmethod(setUpClass)
+
+
+def load_tests(loader: unittest.TestLoader, tests: unittest.TestSuite, pattern: Any) -> unittest.TestSuite:
+    """unittest's hook: the module's tests without EXCLUDED_TESTS."""
+
+    def keep(suite: unittest.TestSuite) -> Iterator[unittest.TestCase]:
+        for t in suite:
+            if isinstance(t, unittest.TestSuite):
+                yield from keep(t)
+            elif ".".join(t.id().split(".")[-2:]) not in EXCLUDED_TESTS:
+                yield t
+
+    return unittest.TestSuite(keep(tests))
 
 
 if cpy is not None:
