@@ -100,7 +100,16 @@ class BaseProxy:
         return bool(self._client.call("delete", {"name": self._name}))
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self._name!r} at {self._client.address}>"
+        # The stock proxies' form, which code and tests match on, plus where the object lives.
+        typeid = _TYPEIDS.get(self._kind, self._kind)
+        return (f"<{type(self).__name__} object, typeid {typeid!r} at {id(self):#x}; "
+                f"name {self._name!r} on {self._client.address}>")
+
+
+# SyncManager's type ids, by wire kind (for repr).
+_TYPEIDS = {"lock": "Lock", "rlock": "RLock", "semaphore": "Semaphore", "bounded_semaphore": "BoundedSemaphore",
+            "event": "Event", "condition": "Condition", "barrier": "Barrier", "queue": "Queue",
+            "joinable_queue": "JoinableQueue", "value": "Value"}
 
 
 def _timeout_arg(blocking: bool, timeout: Optional[float], *, minus_one_forever: bool) -> Optional[float]:

@@ -182,3 +182,9 @@ def test_embedded_daemon_warnings_reach_logging(caplog):
                          env={k: v for k, v in os.environ.items() if not k.startswith("SYNCMGR_ADDRESS")})
     assert out.returncode == 0, out.stderr
     assert b"syncmgr.daemon WARNING" in out.stderr, out.stderr
+
+
+def test_repr_has_the_stock_form(m):
+    # Code and CPython's own tests match on SyncManager's proxy repr.
+    assert repr(m.Event()).startswith("<EventProxy object, typeid 'Event' at 0x")
+    assert repr(m.Lock()).startswith("<LockProxy object, typeid 'Lock' at 0x")
