@@ -44,12 +44,6 @@ EXPECTED: dict[str, dict[str, Expected]] = {
             "ValueError, where SyncManager keeps the child's acquisition for ever",
             difference=True,
         ),
-        "WithManagerTestEvent.test_repr": Expected(
-            "repr(proxy) is '<EventProxy name at address>', not SyncManager's "
-            "\"<EventProxy object, typeid 'Event' at 0x...>\" that the test matches "
-            "(BaseProxy.__repr__ in _proxies.py)",
-            fixed_on="py",
-        ),
     },
     "cpprb": {},
 }
