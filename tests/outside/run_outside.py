@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -176,8 +177,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         if problems:
             print(f"  log: {res.get('log')}")
             failed = True
+    where = f"; results and logs in {outdir}" if failed else ""
     print(f"outside suites: {'FAILED' if failed else 'ok'} in {time.monotonic() - t0:.0f} s "
-          f"(python {sys.version.split()[0]}, {args.jobs} at once; results in {outdir})")
+          f"(python {sys.version.split()[0]}, {args.jobs} at once{where})")
+    if not failed:
+        shutil.rmtree(outdir, ignore_errors=True)
     return 1 if failed else 0
 
 
