@@ -11,7 +11,7 @@ kind under test instead:
   for the comparison counts.
 
 Child processes are ``multiprocessing.Process`` under the start method in
-``SYNCMGR_OUTSIDE_START_METHOD`` (fork or spawn), and all tests run in
+``SYNCMGR_OUTSIDE_START_METHOD`` (fork, spawn or forkserver), and all tests run in
 sequence in one process, as cpprb runs them. Spawned children import this
 module by name to find the functions they run.
 """

@@ -37,7 +37,7 @@ sys.path.insert(0, HERE)
 from expected import EXPECTED  # noqa: E402
 
 RUNS = [("cpython-manager", "fork"), ("cpython-manager", "spawn"), ("cpython-manager", "forkserver"),
-        ("cpprb", "fork"), ("cpprb", "spawn")]
+        ("cpprb", "fork"), ("cpprb", "spawn"), ("cpprb", "forkserver")]
 FAILED = ("failed", "error")
 
 
