@@ -526,7 +526,7 @@ def learn(cfg: Config, rb: Any, stop: Any, credits: Any, weight_qs: list, added_
         credits.release()
     credit_per_update = cfg.batch_size / cfg.replay_ratio
     credit = 0.0
-    updates = samples = evals = 0
+    updates = samples = evals = pushes = 0
     t_sample = t_prio = t_train = 0.0
     curve: list[dict] = []
     series: list[dict] = []
@@ -608,6 +608,7 @@ def learn(cfg: Config, rb: Any, stop: Any, credits: Any, weight_qs: list, added_
                 target = net.copy_params()
             if updates % cfg.sync_every == 0:
                 push_weights(weight_qs, net.copy_params())
+                pushes += 1
             if updates % cfg.eval_every == 0:
                 ret = evaluate(net.params, cfg.eval_episodes, seed=10_000 + 100 * evals)
                 evals += 1
@@ -638,7 +639,7 @@ def learn(cfg: Config, rb: Any, stop: Any, credits: Any, weight_qs: list, added_
     return {"reason": reason, "solved": solved_at is not None, "solved_at": solved_at, "curve": curve,
             "series": series, "best_return": best if curve else None, "updates": updates,
             "samples": samples, "learn_seconds": learn_seconds, "updating_seconds": train_seconds,
-            "added_live": added,
+            "added_live": added, "weight_pushes": pushes,
             "sample_seconds": t_sample, "priority_seconds": t_prio, "train_seconds": t_train}
 
 
