@@ -900,6 +900,7 @@ def compare_table(runs: dict[str, list[dict]]) -> list[str]:
         return {"solve": res["solved_at"]["t_train"] if res["solved_at"] else float("nan"),
                 "solve_launch": res["solved_at"]["t"] if res["solved_at"] else float("nan"),
                 "steps": res["solved_at"]["env_steps"] if res["solved_at"] else float("nan"),
+                "upd_solve": res["solved_at"]["updates"] if res["solved_at"] else float("nan"),
                 "add": sum(e["added"] for e in ex) / ls, "sample": res["samples"] / us,
                 "updates": res["updates"] / us,
                 "add_ms": 1e3 * sum(e["add_seconds"] for e in ex) / max(sum(e["add_calls"] for e in ex), 1),
@@ -910,7 +911,7 @@ def compare_table(runs: dict[str, list[dict]]) -> list[str]:
     s, p = med.get("syncmgr", {}), med.get("multiprocessing", {})
     rows = [("time to solve from the first update (s)", "solve", "lower"),
             ("time to solve from launching the explorers (s)", "solve_launch", "lower"),
-            ("env steps to solve", "steps", "lower"),
+            ("env steps to solve", "steps", "lower"), ("updates to solve", "upd_solve", "lower"),
             ("transitions added/s", "add", "higher"), ("samples drawn/s", "sample", "higher"),
             ("learner updates/s", "updates", "higher"), ("ms per add (~32 transitions)", "add_ms", "lower"),
             ("ms per sample(64)", "sample_ms", "lower"), ("ms per update_priorities(64)", "prio_ms", "lower")]
@@ -939,6 +940,11 @@ def compare_table(runs: dict[str, list[dict]]) -> list[str]:
         after = f"{left} files left" if left else "nothing left"
         out.append(f"- {k}: solved {solved}/{len(v)}; /dev/shm at the end of the job: {at_end}; "
                    f"after the process exited: {after}")
+    for k, v in runs.items():
+        per = ", ".join(f"seed {r['config']['seed']}: {r['solved_at']['updates']} updates, "
+                        f"{r['solved_at']['t_train']:.1f} s" if r["solved_at"] else f"seed {r['config']['seed']}: -"
+                        for r in v)
+        out.append(f"- {k}, to solve: {per}")
     out += ["", "The explorers run asynchronously, so even with the same seed every run takes its own "
             "learning path: read the time-to-solve ratio beside the env-steps-to-solve ratio (a run that "
             "needed twice the steps took twice the time whatever the manager). The throughput rows and "
