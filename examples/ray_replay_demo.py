@@ -941,7 +941,7 @@ def compare_table(runs: dict[str, list[dict]]) -> list[str]:
         out.append(f"- {k}: solved {solved}/{len(v)}; /dev/shm at the end of the job: {at_end}; "
                    f"after the process exited: {after}")
     for k, v in runs.items():
-        per = ", ".join(f"seed {r['config']['seed']}: {r['solved_at']['updates']} updates, "
+        per = "; ".join(f"seed {r['config']['seed']}: {r['solved_at']['updates']} updates, "
                         f"{r['solved_at']['t_train']:.1f} s" if r["solved_at"] else f"seed {r['config']['seed']}: -"
                         for r in v)
         out.append(f"- {k}, to solve: {per}")
