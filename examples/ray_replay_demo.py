@@ -743,19 +743,15 @@ def plot(res: dict, path: str) -> None:
     ax1.axhline(res["config"]["target_return"], color="g", ls="--", lw=1, label="target")
     ax1.axhline(RANDOM_RETURN, color="grey", ls=":", lw=1, label="random policy")
     ax1.set_ylabel(f"mean return ({res['config']['eval_episodes']} episodes)")
+    ax1.set_ylim(bottom=0)
     ax1.set_title(f"Ape-X DQN on {ENV_ID}: {res['label']}", fontsize=9)
     ax1.legend(loc="upper left", fontsize=8)
     t = [p["t"] for p in series]
     ax2.plot(t, [p["added_per_s"] for p in series], marker=".", label="transitions added/s")
-    ax2.plot(t, [p["samples_per_s"] for p in series], marker=".", label="samples drawn/s")
+    ax2.plot(t, [p["samples_per_s"] for p in series], marker=".",
+             label=f"samples drawn/s ({res['config']['batch_size']} per learner update)")
     ax2.set_ylabel("transitions per second")
-    ax3 = ax2.twinx()
-    ax3.plot(t, [p["updates_per_s"] for p in series], color="tab:red", lw=1, marker=".",
-             label="learner updates/s")
-    ax3.set_ylabel("updates per second")
-    h1, l1 = ax2.get_legend_handles_labels()
-    h2, l2 = ax3.get_legend_handles_labels()
-    ax2.legend(h1 + h2, l1 + l2, loc="upper left", fontsize=8)
+    ax2.legend(loc="upper right", fontsize=8)
     ax2.set_xlabel("seconds since the explorers started")
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
