@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Builds the syncmgr wheel, checks its tag and its static daemon, installs it
+# into fresh venvs (one per Python found) with no Go on PATH and no
+# SYNCMGR_BIN, and runs a smoke test: `syncmgr version`, a Manager with a
+# Lock, Queue, Value and SharedMemory, and `syncmgr serve` started, used and
+# stopped with SIGTERM.
+#
+#   tests/wheel/smoke.sh [WHEEL]      (default: build one with $PYTHON -m pip wheel)
+#   SMOKE_PYTHONS="/path/python3.12 ..." to choose the interpreters.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+repo=$PWD
+python=${PYTHON:-python3}
+work=$(mktemp -d /tmp/syncmgr-wheel.XXXXXX)
+serve_pid=
+cleanup() {
+  if [ -n "$serve_pid" ]; then kill "$serve_pid" 2>/dev/null || true; fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+wheel=${1:-}
+if [ -z "$wheel" ]; then
+  # Without Go the build must stop with an error that names Go.
+  if env -i HOME="$HOME" PATH=/usr/bin:/bin "$python" -m pip wheel -q --no-deps -w "$work/nogo" ./pyclient >"$work/nogo.log" 2>&1; then
+    echo "smoke: the wheel built without Go on PATH" >&2; exit 1
+  fi
+  grep -q "needs Go >= " "$work/nogo.log" || { cat "$work/nogo.log"; echo "smoke: no clear error without Go" >&2; exit 1; }
+  echo "build without Go: refused with: $(grep -o 'building the syncmgr wheel compiles the daemon and needs Go[^:]*' "$work/nogo.log" | head -1)"
+  rm -rf pyclient/build
+  "$python" -m pip wheel -q --no-deps -w "$work/dist" ./pyclient
+  wheel=$(ls "$work"/dist/syncmgr-*.whl)
+fi
+name=$(basename "$wheel")
+echo "wheel: $name ($(du -k "$wheel" | cut -f1) KiB)"
+arch=$(uname -m)
+case "$name" in
+  *-py3-none-manylinux_2_17_"$arch".manylinux2014_"$arch".whl|*-cp3*-manylinux_2_*_"$arch".whl) ;;
+  *) echo "wheel tag is not a manylinux tag for $arch: $name" >&2; exit 1 ;;
+esac
+# The daemon inside must be static (no ELF interpreter, no dynamic section):
+# that is what makes the manylinux tag honest.
+"$python" - "$wheel" <<'PY'
+import struct, sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
+info = z.getinfo("syncmgr/_bin/syncmgr")
+assert (info.external_attr >> 16) & 0o111, "daemon is not executable in the wheel"
+elf = z.read(info)
+assert elf[:4] == b"\x7fELF" and elf[4] == 2 and elf[5] == 1, "not a 64-bit little-endian ELF"
+phoff, = struct.unpack_from("<Q", elf, 0x20)
+phentsize, phnum = struct.unpack_from("<HH", elf, 0x36)
+types = [struct.unpack_from("<I", elf, phoff + i * phentsize)[0] for i in range(phnum)]
+assert 3 not in types and 2 not in types, f"daemon is dynamically linked (program headers {types})"
+print(f"daemon: static ELF, {len(elf) // 1024} KiB, executable")
+PY
+
+# Interpreters: $SMOKE_PYTHONS, else $PYTHON plus every pyenv 3.9-3.13 found.
+if [ -n "${SMOKE_PYTHONS:-}" ]; then
+  read -r -a pythons <<<"$SMOKE_PYTHONS"
+else
+  pythons=("$python")
+  seen=" $("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])') "
+  root=$(pyenv root 2>/dev/null || true)
+  for v in 3.9 3.10 3.11 3.12 3.13; do
+    for p in "$root"/versions/"$v".*/bin/python"$v"; do
+      if [ -x "$p" ] && [[ "$seen" != *" $v "* ]]; then pythons+=("$p"); seen="$seen$v "; fi
+      break
+    done
+  done
+fi
+
+# A PATH with no Go on it (and nothing from the caller's venv).
+cleanpath=/usr/bin:/bin
+for d in /usr/bin /bin; do
+  if [ -x "$d/go" ]; then echo "smoke: $d/go exists; cannot make a PATH without Go" >&2; exit 1; fi
+done
+
+ok=0
+for py in "${pythons[@]}"; do
+  ver=$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+  venv="$work/venv-$ver"
+  "$py" -m venv "$venv"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check "$wheel"
+  run() { env -i HOME="$HOME" PATH="$venv/bin:$cleanpath" TMPDIR=/tmp LANG=C.UTF-8 "$@"; }
+  (cd "$work" && run syncmgr version)
+  (cd "$work" && run python "$repo/tests/wheel/smoke.py")
+
+  # syncmgr serve from the console command, used by a client, stopped by SIGTERM.
+  key=$(run syncmgr keygen)
+  sock="$work/s-$ver.sock"
+  env -i HOME="$HOME" PATH="$venv/bin:$cleanpath" SYNCMGR_AUTHKEY="$key" \
+    syncmgr serve --socket "$sock" --shm-dir none --log-format json >"$work/serve-$ver.log" 2>&1 &
+  serve_pid=$!
+  for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
+  [ -S "$sock" ] || { cat "$work/serve-$ver.log"; echo "smoke: syncmgr serve did not start" >&2; exit 1; }
+  run SYNCMGR_AUTHKEY="$key" SYNCMGR_ADDRESS="$sock" python -c '
+import syncmgr
+m = syncmgr.connect()
+e = m.Event(name="smoke")
+e.set()
+assert syncmgr.connect().Event(name="smoke").is_set()
+print("smoke: syncmgr serve answers a connected client")'
+  status=$(run SYNCMGR_AUTHKEY="$key" syncmgr status --address "$sock")
+  echo "${status%%$'\n'*}"
+  kill -TERM "$serve_pid"
+  rc=0; wait "$serve_pid" || rc=$?
+  serve_pid=
+  if [ "$rc" -ne 0 ] || [ -e "$sock" ]; then
+    cat "$work/serve-$ver.log"; echo "smoke: syncmgr serve stopped with $rc, socket left: $([ -e "$sock" ] && echo yes || echo no)" >&2; exit 1
+  fi
+  echo "smoke: Python $ver: syncmgr serve stopped cleanly on SIGTERM"
+  ok=$((ok + 1))
+done
+echo "wheel-smoke: $ok passed, 0 failed"
