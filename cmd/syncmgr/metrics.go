@@ -69,3 +69,18 @@ func stateSource(mgr *manager.Manager, shm *shmregistry.Registry) metrics.Source
 		return s
 	}
 }
+
+// holdEnds observes hold times and logs, at info, each hold released because
+// its holder's session ended: the operator's record of who died holding what.
+func holdEnds(log zerolog.Logger, m *metrics.Metrics) func(manager.HoldEnd) {
+	return func(h manager.HoldEnd) {
+		kind := string(h.Kind)
+		m.Held(kind, h.Held)
+		if !h.SessionEnded {
+			return
+		}
+		m.DeadHolderRelease(kind)
+		log.Info().Str("kind", kind).Str("name", h.Name).Uint64("session", h.Session.ID).Int("pid", h.Session.PID).
+			Str("label", h.Session.Label).Dur("held", h.Held).Msg("released a hold of a client that went away")
+	}
+}

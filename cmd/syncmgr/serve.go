@@ -106,10 +106,11 @@ func runServe(ctx context.Context, args []string) error {
 		defer shm.Close() // a graceful stop unlinks every segment
 	}
 	mcfg := manager.Config{ShareGrace: *shareGrace, MaxObjectsPerSession: *maxPerClient, MaxObjects: *maxObjects, MaxQueue: *maxQueue}
+	mcfg.OnHoldEnd = holdEnds(log, mtr)
 	mgr := manager.New(mcfg)
 	mtr.SetSource(stateSource(mgr, shm))
 	srv, err := server.New(server.Config{Key: key, MaxFrame: uint32(*maxFrame), HandshakeTimeout: *hsTimeout,
-		MaxUnauthenticated: *maxUnauth, MaxConns: *maxConns, AllowOtherUsers: *allowOthers, Logger: log, Shm: shm}, mgr)
+		MaxUnauthenticated: *maxUnauth, MaxConns: *maxConns, AllowOtherUsers: *allowOthers, Logger: log, Shm: shm, Metrics: mtr}, mgr)
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -73,6 +74,39 @@ def test_metrics_move_during_a_run(daemon):
     q.put("go")
     t.join(10)
     assert got == ["go"]
+    for lk in locks:
+        assert lk.acquire(timeout=5)
+        lk.release()
+
+    # Counters: ops by kind, op and result; connections; handshake failures;
+    # a lock held by a client that dies is released, counted and logged.
+    with pytest.raises(syncmgr.AuthenticationError):
+        syncmgr.connect(daemon.address, b"wrong key").Event()
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, syncmgr; m = syncmgr.connect(sys.argv[1], bytes.fromhex(sys.argv[2])); "
+        "m.Lock(name='held-by-the-dead').acquire(); print('held', flush=True); sys.stdin.read()"),
+        daemon.address, daemon.key.hex()], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline() == "held\n"
+    holder.kill()
+    holder.wait(10)
+    deadline = time.monotonic() + 10
+    while True:
+        _, _, after = _get(base + "/metrics")
+        if _value(after, 'syncmgr_dead_holder_releases_total{kind="lock"}') == 1 or time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
+    assert _value(after, 'syncmgr_dead_holder_releases_total{kind="lock"}') == 1, after
+    assert _value(after, 'syncmgr_hold_seconds_count{kind="lock"}') >= 1
+    assert _value(after, 'syncmgr_ops_total{kind="lock",op="acquire",result="ok"}') >= 3
+    assert _value(after, 'syncmgr_ops_total{kind="queue",op="get",result="ok"}') >= 1
+    assert _value(after, 'syncmgr_ops_total{kind="queue",op="put",result="ok"}') >= 1
+    assert _value(after, 'syncmgr_ops_total{kind="server",op="create",result="ok"}') >= 5
+    assert _value(after, 'syncmgr_connections_total{transport="unix"}') > _value(
+        before, 'syncmgr_connections_total{transport="unix"}')
+    assert _value(after, 'syncmgr_handshake_failures_total{reason="auth",transport="unix"}') >= 1
+    with open(daemon.log) as f:
+        log = f.read()
+    assert '"message":"released a hold of a client that went away"' in log and '"name":"held-by-the-dead"' in log
     seg.close()
     seg.unlink()
     _, _, after = _get(base + "/metrics")
