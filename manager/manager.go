@@ -81,7 +81,8 @@ type Config struct {
 type HoldEnd struct {
 	Kind    Kind
 	Name    string
-	Session *Session      // the holder; its ID, PID and Label identify it
+	Session *Session      // the holder
+	Label   string        // the holder's label when the hold ended
 	Held    time.Duration // since the hold began
 	// SessionEnded is set when the hold was released because the session
 	// ended (its process died or disconnected) rather than by a release.
@@ -132,7 +133,7 @@ func (m *Manager) Slots() *Slots { return m.slots }
 type Session struct {
 	ID    uint64
 	PID   int
-	Label string
+	Label string // written under both Manager.mu and mu
 	key   string
 	slot  Slot
 
@@ -212,7 +213,7 @@ func (s *Session) unhold(h holder) {
 	if s.holds[h]--; s.holds[h] <= 0 {
 		delete(s.holds, h)
 		if since, ok := s.holdSince[h]; ok && s.onHoldEnd != nil {
-			end = &HoldEnd{Session: s, Held: time.Since(since), SessionEnded: s.ending}
+			end = &HoldEnd{Session: s, Label: s.Label, Held: time.Since(since), SessionEnded: s.ending}
 			if o, ok := h.(interface {
 				Kind() Kind
 				Name() string
@@ -250,6 +251,11 @@ func (m *Manager) OpenSession(key []byte, pid int, label string) (*Session, erro
 	if len(key) > 0 {
 		if s, ok := m.byKey[string(key)]; ok {
 			s.conns++
+			if label != "" {
+				s.mu.Lock()
+				s.Label = label // status shows the latest connection's label
+				s.mu.Unlock()
+			}
 			return s, nil
 		}
 	}

@@ -8,12 +8,16 @@ daemon that is already running.
 from __future__ import annotations
 
 import atexit
+import collections
+import json
+import logging
 import os
 import shutil
 import signal
 import ssl
 import subprocess
 import tempfile
+import threading
 import time
 from typing import Any, Optional
 
@@ -21,7 +25,7 @@ from . import _containers
 from . import _proxies as px
 from . import exceptions as exc
 from . import shared_memory as shm
-from ._connection import Client, default_address, get_client, key_from_env
+from ._connection import Client, default_address, get_client, key_from_env, set_label
 
 __all__ = ["Manager", "connect", "find_binary"]
 
@@ -69,7 +73,9 @@ class Manager:
 
     def __init__(self, address: Optional[str] = None, authkey: Optional[bytes] = None, *,
                  ssl_context: Optional[ssl.SSLContext] = None, log_level: str = "warn",
-                 daemon_args: tuple[str, ...] = ()) -> None:
+                 daemon_args: tuple[str, ...] = (), label: Optional[str] = None) -> None:
+        if label is not None:
+            set_label(label)
         self._embedded = address is None
         self._address = address
         self._authkey = authkey
@@ -78,6 +84,7 @@ class Manager:
         self._daemon_args = tuple(daemon_args)
         self._proc: Optional[subprocess.Popen[bytes]] = None
         self._dir: Optional[str] = None
+        self._log_lines: collections.deque[str] = collections.deque(maxlen=50)
         self._client: Optional[Client] = None
         self._state = "initial"
 
@@ -105,15 +112,16 @@ class Manager:
         key = self._authkey if self._authkey is not None else os.urandom(32)
         env = dict(os.environ, SYNCMGR_AUTHKEY=key.hex())
         env.pop("SYNCMGR_AUTHKEY_FILE", None)
-        log = open(os.path.join(self._dir, "daemon.log"), "wb")
-        try:
-            self._proc = subprocess.Popen(
-                [binary, "serve", "--socket", sock, "--log-level", self._log_level,
-                 "--exit-with-parent", str(os.getpid()), *self._daemon_args],
-                env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-            )
-        finally:
-            log.close()
+        # The daemon's log (JSON lines on stderr) goes to the "syncmgr.daemon"
+        # logger, so its warnings reach the user (by default: stderr).
+        self._proc = subprocess.Popen(
+            [binary, "serve", "--socket", sock, "--log-level", self._log_level, "--log-format", "json",
+             "--exit-with-parent", str(os.getpid()), *self._daemon_args],
+            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        threading.Thread(target=_forward_daemon_log, args=(self._proc, self._log_lines),
+                         name="syncmgr-daemon-log", daemon=True).start()
         deadline = time.monotonic() + 15.0
         while True:
             if self._proc.poll() is not None:
@@ -138,11 +146,13 @@ class Manager:
         atexit.register(self.shutdown)
 
     def _log_tail(self) -> str:
-        try:
-            with open(os.path.join(self._dir or "", "daemon.log"), "rb") as f:
-                return f.read()[-4000:].decode(errors="replace")
-        except OSError:
-            return "(no daemon log)"
+        if self._proc is not None:
+            try:  # the reader thread gets what the daemon wrote before it exited
+                self._proc.wait(timeout=0.5)
+            except subprocess.TimeoutExpired:
+                pass
+            time.sleep(0.05)
+        return "\n".join(self._log_lines)[-4000:] or "(the daemon wrote nothing)"
 
     def _stop_daemon(self) -> None:
         proc, self._proc = self._proc, None
@@ -351,13 +361,40 @@ class Manager:
 
 
 def connect(address: Optional[str] = None, authkey: Optional[bytes] = None, *,
-            ssl_context: Optional[ssl.SSLContext] = None) -> Manager:
+            ssl_context: Optional[ssl.SSLContext] = None, label: Optional[str] = None) -> Manager:
     """A manager for a running daemon: address defaults to $SYNCMGR_ADDRESS,
-    authkey to $SYNCMGR_AUTHKEY (hex) or the file named by $SYNCMGR_AUTHKEY_FILE."""
-    m = Manager(address or default_address(), authkey, ssl_context=ssl_context)
+    authkey to $SYNCMGR_AUTHKEY (hex) or the file named by $SYNCMGR_AUTHKEY_FILE.
+    ``label`` names this process in ``syncmgr status`` (default: program
+    name and pid, plus the Ray worker id in a Ray worker)."""
+    m = Manager(address or default_address(), authkey, ssl_context=ssl_context, label=label)
     m._state = "started"
     key = authkey if authkey is not None else key_from_env()
     m._authkey = key
     m._client = get_client(m._address or default_address(), key, ssl_context)
     return m
 
+
+
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING, "error": logging.ERROR,
+           "fatal": logging.CRITICAL, "panic": logging.CRITICAL}
+_daemon_log = logging.getLogger("syncmgr.daemon")
+
+
+def _forward_daemon_log(proc: subprocess.Popen[bytes], tail: collections.deque[str]) -> None:
+    """Read the embedded daemon's JSON log lines until it exits; log each to
+    the "syncmgr.daemon" logger at its level and keep the last ones for
+    start-up errors."""
+    assert proc.stderr is not None
+    for raw in proc.stderr:
+        line = raw.decode(errors="replace").rstrip("\n")
+        tail.append(line)
+        try:
+            rec = json.loads(line)
+            level = _LEVELS.get(str(rec.pop("level", "info")), logging.INFO)
+            msg = str(rec.pop("message", ""))
+            rec.pop("time", None)
+            extra = " ".join(f"{k}={v}" for k, v in rec.items())
+        except (ValueError, AttributeError):
+            level, msg, extra = logging.WARNING, line, ""
+        _daemon_log.log(level, "daemon pid %d: %s%s", proc.pid, msg, f" ({extra})" if extra else "")
+    proc.stderr.close()
