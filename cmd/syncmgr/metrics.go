@@ -81,6 +81,6 @@ func holdEnds(log zerolog.Logger, m *metrics.Metrics) func(manager.HoldEnd) {
 		}
 		m.DeadHolderRelease(kind)
 		log.Info().Str("kind", kind).Str("name", h.Name).Uint64("session", h.Session.ID).Int("pid", h.Session.PID).
-			Str("label", h.Label).Dur("held", h.Held).Msg("released a hold of a client that went away")
+			Str("label", h.Label).Float64("held_seconds", h.Held.Seconds()).Msg("released a hold of a client that went away")
 	}
 }
