@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/syncmgr/syncmgr/proxy"
 	"github.com/syncmgr/syncmgr/server"
@@ -95,5 +96,41 @@ func TestDefaultAddressFollowsTheEnvironment(t *testing.T) {
 	t.Setenv("XDG_RUNTIME_DIR", "")
 	if got, want := proxy.DefaultAddress(), server.DefaultSocketPath(); got != want {
 		t.Fatalf("DefaultAddress = %q, daemon default %q", got, want)
+	}
+}
+
+// A queue item that does not decode is not lost: Get fails and the item is
+// back at the front, for a client that can read it.
+func TestUndecodableItemGoesBack(t *testing.T) {
+	path, _ := serve(t, server.Config{})
+	c := dialC(t, path)
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	q, err := c.Queue(ctx, "undecodable", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := proxy.Pickle{proxy.ValueTag, 0xc1} // tagged, but 0xc1 is no msgpack
+	if err := q.Put(ctx, bad); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Put(ctx, "next"); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := q.Get(ctx); err == nil {
+		t.Fatalf("Get of a malformed item = %#v, want an error", v)
+	}
+	deadline := time.Now().Add(bound)
+	for { // the unget is sent without a reply: let it arrive
+		if n, _ := q.Len(ctx); n == 2 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if n, _ := q.Len(ctx); n != 2 {
+		t.Fatalf("queue holds %d items after a failed Get, want 2", n)
+	}
+	if _, err := q.Get(ctx); err == nil {
+		t.Fatal("the malformed item is not first again")
 	}
 }
