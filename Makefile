@@ -41,7 +41,7 @@ fuzz:
 	$(GO) test ./proxy -run '^$$' -fuzz '^FuzzDecodeValue$$' -fuzztime $$(( $(FUZZN) / 10 ))x
 
 lint-py: venv
-	$(VENV)/bin/ruff check pyclient tests/python examples bench
+	$(VENV)/bin/ruff check pyclient tests/python tests/wheel examples bench
 
 test-py: build venv lint-py
 	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) -m pytest -q tests/python
