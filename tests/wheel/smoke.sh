@@ -54,6 +54,23 @@ assert 3 not in types and 2 not in types, f"daemon is dynamically linked (progra
 print(f"daemon: static ELF, {len(elf) // 1024} KiB, executable")
 PY
 
+# auditwheel (PyPI's checker for manylinux tags) must agree: the glibc it
+# says the wheel needs is no newer than the one the tag claims.
+if "$python" -m venv "$work/aw" && "$work/aw/bin/python" -m pip install -q --disable-pip-version-check auditwheel; then
+  show=$("$work/aw/bin/auditwheel" show "$wheel" 2>&1) || { echo "$show"; exit 1; }
+  echo "auditwheel: $(echo "$show" | tr '\n' ' ' | sed -E 's/.*(is consistent with the following platform tag: "[^"]*").*/\1/')"
+  "$python" - "$name" "$show" <<'PY'
+import re, sys
+ours = tuple(map(int, re.search(r"manylinux_(\d+)_(\d+)_", sys.argv[1]).groups()))
+m = re.search(r'consistent with the following platform tag: "manylinux_(\d+)_(\d+)_', sys.argv[2])
+assert m, sys.argv[2]
+need = tuple(map(int, m.groups()))
+assert need <= ours, f"auditwheel says glibc {need} is needed, the tag claims {ours}"
+PY
+else
+  echo "auditwheel: not run (it could not be installed)"
+fi
+
 # Interpreters: $SMOKE_PYTHONS, else $PYTHON plus every pyenv 3.9-3.13 found.
 if [ -n "${SMOKE_PYTHONS:-}" ]; then
   read -r -a pythons <<<"$SMOKE_PYTHONS"
