@@ -17,6 +17,7 @@ func TestHoldEndsAreReportedWithTheirCause(t *testing.T) {
 	l := create[*Lock](t, m, a, KindLock, "l", Params{})
 	r := create[*RLock](t, m, a, KindRLock, "r", Params{})
 	sem := create[*Semaphore](t, m, a, KindSemaphore, "s", Params{Value: 2})
+	create[*Condition](t, m, a, KindCondition, "c", Params{Lock: "l"})
 
 	if ok, err := l.Acquire(ctx, a, 1, true, Forever); !ok || err != nil {
 		t.Fatal(ok, err)
@@ -27,10 +28,14 @@ func TestHoldEndsAreReportedWithTheirCause(t *testing.T) {
 		if o.Name == "l" && o.HeldFor < 0.02 {
 			t.Errorf("status says l held for %v s, want >= 0.02", o.HeldFor)
 		}
+		if o.Name == "c" && o.HeldFor < 0.02 {
+			t.Errorf("status says c (over l) held for %v s, want >= 0.02", o.HeldFor)
+		}
 		if o.Name == "r" && o.HeldFor != 0 {
 			t.Errorf("a free RLock shows held_for %v", o.HeldFor)
 		}
 	}
+
 	if err := l.Release(a, 1); err != nil {
 		t.Fatal(err)
 	}
