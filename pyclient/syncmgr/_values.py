@@ -10,16 +10,18 @@ other value is stored as a pickle, which only Python reads:
 * anything else: a pickle (protocol 2 and later start with ``0x80``).
 
 Plain data is exactly: ``None``, ``bool``, ``int`` in [-2**63, 2**64),
-``float``, ``str``, ``bytes``, and ``list`` and ``dict`` of plain data (dict
-keys plain scalars), checked by exact type and at most 32 levels deep, so a
+``float``, ``str``, ``bytes``, and ``list`` and ``dict`` of plain data,
+checked by exact type (msgpack's ``strict_types``) as it is packed, so a
 value always comes back as the type it went in as: a tuple, a subclass of
-``int``, a ``bytearray`` or a numpy array is pickled. See docs/protocol.md,
+``int``, a ``bytearray`` or a numpy array is pickled, as is anything nested
+deeper than msgpack packs (about 1,000 levels). See docs/protocol.md,
 "Values".
 """
 
 from __future__ import annotations
 
 import pickle
+import threading
 from typing import Any
 
 import msgpack
@@ -29,40 +31,52 @@ __all__ = ["TAG", "dumps", "loads", "is_plain"]
 TAG = b"\xc1"
 _TAG_INT = 0xC1
 PICKLE_PROTOCOL = 5
-MAX_DEPTH = 32
-
-_SCALARS = (type(None), bool, float, str, bytes)
-_KEYS = (type(None), bool, int, float, str, bytes)
 
 
-def is_plain(obj: Any, depth: int = 0) -> bool:
+
+_local = threading.local()
+
+
+def _pack(obj: Any) -> bytes:
+    # strict_types: exact types only, a tuple is not a list, no default hook,
+    # so anything but plain data raises instead of changing type on the way.
+    # One Packer per thread (a Packer is not thread-safe; making one per call
+    # costs more than packing a small value); taken while in use, so that a
+    # signal handler packing in the same thread gets a fresh one.
+    p = getattr(_local, "packer", None)
+    if p is None:
+        p = msgpack.Packer(use_bin_type=True, strict_types=True)
+    _local.packer = None
+    try:
+        return p.pack(obj)  # on an exception the Packer drops what it had packed
+    finally:
+        _local.packer = p
+
+
+_NOT_PLAIN = (TypeError, ValueError, OverflowError, UnicodeEncodeError)
+
+
+def is_plain(obj: Any) -> bool:
     """Whether obj is plain data (see the module docstring)."""
-    t = type(obj)
-    if t in _SCALARS:
-        return True
-    if t is int:
-        return -(2**63) <= obj < 2**64
-    if depth >= MAX_DEPTH:
+    try:
+        _pack(obj)
+    except _NOT_PLAIN:
         return False
-    if t is list:
-        return all(is_plain(x, depth + 1) for x in obj)
-    if t is dict:
-        for k, v in obj.items():
-            if type(k) not in _KEYS or (type(k) is int and not -(2**63) <= k < 2**64):
-                return False
-            if not is_plain(v, depth + 1):
-                return False
-        return True
-    return False
+    return True
+
+
+# Types that can be plain data at the top: anything else is pickled without
+# an attempt (and the exception it would cost).
+_PLAIN_TYPES = frozenset((type(None), bool, int, float, str, bytes, list, dict))
 
 
 def dumps(obj: Any) -> bytes:
     """obj as stored by the daemon: tagged msgpack when plain, else a pickle."""
-    if is_plain(obj):
+    if type(obj) in _PLAIN_TYPES:
         try:
-            return TAG + msgpack.packb(obj, use_bin_type=True)
-        except (ValueError, TypeError, OverflowError, UnicodeEncodeError):
-            pass  # e.g. a str with lone surrogates: pickle keeps it exactly
+            return TAG + _pack(obj)
+        except _NOT_PLAIN:  # not plain inside (or, e.g., a str with lone surrogates)
+            pass
     return pickle.dumps(obj, protocol=PICKLE_PROTOCOL)
 
 

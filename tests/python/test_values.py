@@ -49,16 +49,56 @@ def test_everything_else_is_pickled_and_round_trips(value):
     assert type(back) is type(value)
 
 
-def test_deep_nesting_falls_back_to_pickle():
-    deep: list = []
-    cur = deep
-    for _ in range(40):
-        cur.append([])
-        cur = cur[0]
-    assert _values.dumps(deep)[:1] == b"\x80"
-    assert _values.loads(_values.dumps(deep)) == deep
-    shallow = [[[1]]]
-    assert _values.dumps(shallow)[:1] == _values.TAG
+def test_nesting_deeper_than_msgpack_packs_falls_back_to_pickle():
+    def nest(n: int) -> list:
+        deep: list = []
+        cur = deep
+        for _ in range(n):
+            cur.append([])
+            cur = cur[0]
+        return deep
+
+    assert _values.dumps(nest(40))[:1] == _values.TAG
+    import sys
+
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(10000)  # pickle needs it for this depth too
+    try:
+        deep = nest(1100)
+        assert _values.dumps(deep)[:1] == b"\x80"
+        back = _values.loads(_values.dumps(deep))
+        depth = 0
+        while back:
+            back, depth = back[0], depth + 1
+        assert depth == 1100
+    finally:
+        sys.setrecursionlimit(old)
+
+
+def test_a_failed_pack_leaves_nothing_behind():
+    # The per-thread Packer must not carry a half-packed value into the next.
+    for bad in ([1, 2, (3,)], {"a": [b"x", {1, 2}]}, [1] * 1000 + [(1,)]):
+        assert _values.dumps(bad)[:1] == b"\x80"
+        assert _values.dumps([1, "a"]).hex() == "c19201a161"
+
+
+def test_threads_pack_at_once():
+    import threading
+
+    errors: list = []
+
+    def work(i: int) -> None:
+        for j in range(2000):
+            v = {"t": i, "j": j, "xs": list(range(j % 7))}
+            if _values.loads(_values.dumps(v)) != v:
+                errors.append((i, j))
+
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    assert errors == []
 
 
 def test_self_referencing_list_is_pickled():
