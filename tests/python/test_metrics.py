@@ -129,3 +129,24 @@ def test_metrics_refuse_non_loopback_without_the_flag(addr):
                        env={"SYNCMGR_AUTHKEY": "00" * 32}, capture_output=True, text=True, timeout=30)
     assert r.returncode == 2, r.stderr
     assert "not a loopback address" in r.stderr and "--metrics-allow-remote" in r.stderr
+
+
+def test_connections_and_handshake_failures_by_transport():
+    d = start_daemon("--metrics", "127.0.0.1:0", "--tcp", "127.0.0.1:0", "--log-format", "json",
+                     "--log-level", "info")
+    try:
+        base = _endpoint(d)
+        with open(d.log) as f:
+            port = re.search(r'"tcp":"127\.0\.0\.1:(\d+)"', f.read()).group(1)
+        tcp = f"tcp://127.0.0.1:{port}"
+        m = syncmgr.connect(tcp, d.key)
+        m.Event().set()
+        with pytest.raises(syncmgr.AuthenticationError):
+            syncmgr.connect(tcp, b"not the key").Event()
+        _, _, text = _get(base + "/metrics")
+        assert _value(text, 'syncmgr_connections{transport="tcp"}') == 1
+        assert _value(text, 'syncmgr_connections_total{transport="tcp"}') == 1
+        assert _value(text, 'syncmgr_handshake_failures_total{reason="auth",transport="tcp"}') == 1
+        assert _value(text, 'syncmgr_ops_total{kind="event",op="set",result="ok"}') == 1
+    finally:
+        d.stop()
