@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ._manager import find_binary
+from ._daemon import find_binary
 from .exceptions import SyncMgrError
 
 

@@ -8,66 +8,30 @@ daemon that is already running.
 from __future__ import annotations
 
 import atexit
-import collections
-import json
-import logging
 import os
-import shutil
-import signal
 import ssl
-import subprocess
-import tempfile
-import threading
-import time
 from typing import Any, Optional
 
 from . import _containers
 from . import _proxies as px
 from . import exceptions as exc
 from . import shared_memory as shm
-from ._connection import Client, default_address, get_client, key_from_env, set_label
+from ._connection import Client, default_address, get_client, key_for, set_label
+from ._daemon import PrivateDaemon, find_binary
 
 __all__ = ["Manager", "connect", "find_binary"]
-
-
-def find_binary() -> str:
-    """The syncmgr daemon binary: $SYNCMGR_BIN, the one shipped in the wheel
-    (syncmgr/_bin/syncmgr), the repository's build (bin/syncmgr), or one on PATH."""
-    env = os.environ.get("SYNCMGR_BIN")
-    if env:
-        if not os.access(env, os.X_OK):
-            raise exc.SyncMgrError(f"SYNCMGR_BIN={env} is not an executable file")
-        return env
-    here = os.path.dirname(os.path.abspath(__file__))
-    for cand in (os.path.join(here, "_bin", "syncmgr"),
-                 os.path.join(os.path.dirname(os.path.dirname(here)), "bin", "syncmgr")):
-        if os.access(cand, os.X_OK):
-            return cand
-    found = shutil.which("syncmgr")
-    if found and _is_elf(found):  # not the wheel's `syncmgr` wrapper script
-        return found
-    raise exc.SyncMgrError(
-        "cannot find the syncmgr daemon binary: build it with `make build` "
-        "(or `go build -o bin/syncmgr ./cmd/syncmgr`) in the syncmgr repository, "
-        "put it on PATH, or point SYNCMGR_BIN at it"
-    )
-
-
-def _is_elf(path: str) -> bool:
-    try:
-        with open(path, "rb") as f:
-            return f.read(4) == b"\x7fELF"
-    except OSError:
-        return False
 
 
 class Manager:
     """A syncmgr manager, with the object factories of ``SyncManager``.
 
-    ``Manager()`` starts (on ``start()`` or ``with``) a private daemon and
-    exports ``SYNCMGR_ADDRESS`` and ``SYNCMGR_AUTHKEY`` into ``os.environ``
-    so that child processes find it; ``shutdown()`` (also at exit, and when
-    this process dies) stops it and everything it owns.
+    ``Manager()`` starts (on ``start()`` or ``with``) a private daemon
+    (``_daemon.PrivateDaemon``); ``shutdown()`` (also at exit, and when this
+    process dies) stops it and everything it owns. Child processes find its
+    key by the address their proxies name (the key file beside its socket);
+    if ``SYNCMGR_ADDRESS`` is not set yet, the manager also exports
+    ``SYNCMGR_ADDRESS`` and ``SYNCMGR_AUTHKEY`` for ``syncmgr.connect()`` in
+    children, and removes them at shutdown only if they are still its own.
     ``Manager(address, authkey)`` uses a running daemon instead.
     """
 
@@ -82,9 +46,8 @@ class Manager:
         self._ssl = ssl_context
         self._log_level = log_level
         self._daemon_args = tuple(daemon_args)
-        self._proc: Optional[subprocess.Popen[bytes]] = None
-        self._dir: Optional[str] = None
-        self._log_lines: collections.deque[str] = collections.deque(maxlen=50)
+        self._daemon: Optional[PrivateDaemon] = None
+        self._exported: Optional[dict[str, str]] = None
         self._client: Optional[Client] = None
         self._state = "initial"
 
@@ -95,80 +58,32 @@ class Manager:
         if self._state == "started":
             return self
         if self._state == "shutdown":
-            raise exc.SyncMgrError("this manager has been shut down")
+            raise exc.ManagerShutDownError("this manager has been shut down")
         if self._embedded:
             self._start_daemon()
         else:
-            key = self._authkey if self._authkey is not None else key_from_env()
+            key = self._authkey if self._authkey is not None else key_for(self._address or default_address())
             self._client = get_client(self._address or default_address(), key, self._ssl)
             self._client.call("ping", {})
         self._state = "started"
         return self
 
     def _start_daemon(self) -> None:
-        binary = find_binary()
-        self._dir = tempfile.mkdtemp(prefix="syncmgr-", dir="/tmp")
-        sock = os.path.join(self._dir, "syncmgr.sock")
-        key = self._authkey if self._authkey is not None else os.urandom(32)
-        env = dict(os.environ, SYNCMGR_AUTHKEY=key.hex())
-        env.pop("SYNCMGR_AUTHKEY_FILE", None)
-        # The daemon's log (JSON lines on stderr) goes to the "syncmgr.daemon"
-        # logger, so its warnings reach the user (by default: stderr).
-        self._proc = subprocess.Popen(
-            [binary, "serve", "--socket", sock, "--log-level", self._log_level, "--log-format", "json",
-             "--exit-with-parent", str(os.getpid()), *self._daemon_args],
-            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
-        threading.Thread(target=_forward_daemon_log, args=(self._proc, self._log_lines),
-                         name="syncmgr-daemon-log", daemon=True).start()
-        deadline = time.monotonic() + 15.0
-        while True:
-            if self._proc.poll() is not None:
-                tail = self._log_tail()
-                self._cleanup_dir()
-                raise exc.SyncMgrError(f"the syncmgr daemon exited at start (status {self._proc.returncode}):\n{tail}")
-            if os.path.exists(sock):
-                try:
-                    self._client = get_client(sock, key, None)
-                    self._client.call("ping", {})
-                    break
-                except exc.ConnectError:
-                    pass
-            if time.monotonic() > deadline:
-                self._stop_daemon()
-                raise exc.SyncMgrError(f"the syncmgr daemon did not start in 15 s:\n{self._log_tail()}")
-            time.sleep(0.005)
-        self._address = sock
-        self._authkey = key
-        os.environ["SYNCMGR_ADDRESS"] = sock
-        os.environ["SYNCMGR_AUTHKEY"] = key.hex()
+        d = PrivateDaemon(key=self._authkey, args=self._daemon_args, log_level=self._log_level)
+        try:
+            d.start()
+            self._client = get_client(d.address, d.key, None)
+            self._client.call("ping", {})
+        except BaseException:
+            d.close()
+            raise
+        self._daemon = d
+        self._address = d.address
+        self._authkey = d.key
+        if not os.environ.get("SYNCMGR_ADDRESS"):
+            self._exported = d.env()
+            os.environ.update(self._exported)
         atexit.register(self.shutdown)
-
-    def _log_tail(self) -> str:
-        if self._proc is not None:
-            try:  # the reader thread gets what the daemon wrote before it exited
-                self._proc.wait(timeout=0.5)
-            except subprocess.TimeoutExpired:
-                pass
-            time.sleep(0.05)
-        return "\n".join(self._log_lines)[-4000:] or "(the daemon wrote nothing)"
-
-    def _stop_daemon(self) -> None:
-        proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
-        self._cleanup_dir()
-
-    def _cleanup_dir(self) -> None:
-        if self._dir:
-            shutil.rmtree(self._dir, ignore_errors=True)
-            self._dir = None
 
     def shutdown(self) -> None:
         """Stop the embedded daemon (a connected manager just closes its connections)."""
@@ -179,10 +94,14 @@ class Manager:
         if self._client is not None:
             self._client.close()
         if self._embedded:
-            if os.environ.get("SYNCMGR_ADDRESS") == self._address:
-                os.environ.pop("SYNCMGR_ADDRESS", None)
-                os.environ.pop("SYNCMGR_AUTHKEY", None)
-            self._stop_daemon()
+            if self._exported is not None:
+                for k, v in self._exported.items():
+                    if os.environ.get(k) == v:
+                        del os.environ[k]
+                self._exported = None
+            if self._daemon is not None:
+                self._daemon.close()
+                self._daemon = None
             try:
                 atexit.unregister(self.shutdown)
             except Exception:  # noqa: BLE001
@@ -218,18 +137,18 @@ class Manager:
     @property
     def pid(self) -> Optional[int]:
         """The embedded daemon's process id."""
-        return self._proc.pid if self._proc is not None else None
+        return self._daemon.pid if self._daemon is not None else None
 
     def runtime_env(self) -> dict[str, Any]:
         """A Ray runtime_env that lets workers reach this daemon."""
-        key = self._authkey if self._authkey is not None else key_from_env()
+        key = self._authkey if self._authkey is not None else key_for(self.address)
         return {"env_vars": {"SYNCMGR_ADDRESS": self.address, "SYNCMGR_AUTHKEY": key.hex()}}
 
     def _c(self) -> Client:
         if self._state == "initial":
             self.start()
         if self._client is None or self._state != "started":
-            raise exc.SyncMgrError("this manager has been shut down")
+            raise exc.ManagerShutDownError("this manager has been shut down")
         return self._client
 
     def status(self, limit: int = 10000) -> dict[str, Any]:
@@ -368,33 +287,9 @@ def connect(address: Optional[str] = None, authkey: Optional[bytes] = None, *,
     name and pid, plus the Ray worker id in a Ray worker)."""
     m = Manager(address or default_address(), authkey, ssl_context=ssl_context, label=label)
     m._state = "started"
-    key = authkey if authkey is not None else key_from_env()
+    addr = m._address or default_address()
+    key = authkey if authkey is not None else key_for(addr)
     m._authkey = key
-    m._client = get_client(m._address or default_address(), key, ssl_context)
+    m._client = get_client(addr, key, ssl_context)
     return m
 
-
-
-_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING, "error": logging.ERROR,
-           "fatal": logging.CRITICAL, "panic": logging.CRITICAL}
-_daemon_log = logging.getLogger("syncmgr.daemon")
-
-
-def _forward_daemon_log(proc: subprocess.Popen[bytes], tail: collections.deque[str]) -> None:
-    """Read the embedded daemon's JSON log lines until it exits; log each to
-    the "syncmgr.daemon" logger at its level and keep the last ones for
-    start-up errors."""
-    assert proc.stderr is not None
-    for raw in proc.stderr:
-        line = raw.decode(errors="replace").rstrip("\n")
-        tail.append(line)
-        try:
-            rec = json.loads(line)
-            level = _LEVELS.get(str(rec.pop("level", "info")), logging.INFO)
-            msg = str(rec.pop("message", ""))
-            rec.pop("time", None)
-            extra = " ".join(f"{k}={v}" for k, v in rec.items())
-        except (ValueError, AttributeError):
-            level, msg, extra = logging.WARNING, line, ""
-        _daemon_log.log(level, "daemon pid %d: %s%s", proc.pid, msg, f" ({extra})" if extra else "")
-    proc.stderr.close()

@@ -7,6 +7,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 
 import syncmgr
 from conftest import BIN, start_daemon
@@ -67,6 +68,7 @@ def test_client_logs_connects_and_reconnects(caplog):
             m.Event(name="e").set()
             assert any("connected to syncmgr at " + d.address in r.getMessage() for r in caplog.records)
             d.restart()
+            time.sleep(0.6)  # past the client's idle check, so the stale connection is noticed before use
             m.Event(name="e").set()  # the idle connection is stale: reconnect
         msgs = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
         assert any("reconnect" in msg for msg in msgs), msgs
