@@ -8,7 +8,7 @@ PY      := $(VENV)/bin/python
 BIN     := bin/syncmgr
 GOFILES := $(shell find . -name '*.go' -not -path './.venv/*' 2>/dev/null)
 
-.PHONY: all build venv test test-go test-py test-wheel wheel wheel-all lint lint-py fuzz demo bench bench-smoke soak soak-smoke clean
+.PHONY: all build venv test test-go test-py test-outside test-wheel wheel wheel-all lint lint-py fuzz demo bench bench-smoke soak soak-smoke clean
 
 all: build
 
@@ -41,7 +41,7 @@ fuzz:
 	$(GO) test ./proxy -run '^$$' -fuzz '^FuzzDecodeValue$$' -fuzztime $$(( $(FUZZN) / 10 ))x
 
 lint-py: venv
-	$(VENV)/bin/ruff check pyclient tests/python tests/wheel examples bench
+	$(VENV)/bin/ruff check pyclient tests/python tests/outside tests/wheel examples bench
 
 test-py: build venv lint-py
 	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) -m pytest -q tests/python
@@ -70,7 +70,13 @@ wheel-all: wheel
 test-wheel: venv
 	PYTHON=$(CURDIR)/$(PY) bash tests/wheel/smoke.sh
 
-test: test-go fuzz soak-smoke bench-smoke test-wheel test-py
+# Test suites written outside this project (CPython's manager tests, cpprb's
+# multiprocessing tests) with syncmgr as the manager, beside the stock manager;
+# one line of counts per suite and start method (tests/outside/run_outside.py).
+test-outside: build venv
+	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) tests/outside/run_outside.py $(OUTSIDE_ARGS)
+
+test: test-go fuzz soak-smoke bench-smoke test-wheel test-py test-outside
 
 demo: build venv
 	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) examples/ray_replay_demo.py $(DEMO_ARGS)
