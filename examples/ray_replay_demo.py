@@ -419,13 +419,13 @@ def make_context(kind: str) -> tuple[Any, dict, Optional[str], str]:
 
 
 def mapped_shm() -> set[str]:
-    """The /dev/shm files this process has mapped."""
+    """The /dev/shm files this process has mapped (not counting unlinked ones, e.g. Ray's object store)."""
     names = set()
     with open("/proc/self/maps") as f:
         for line in f:
             i = line.find(SHM_DIR + "/")
-            if i >= 0:
-                names.add(line[i + len(SHM_DIR) + 1:].rstrip("\n").removesuffix(" (deleted)"))
+            if i >= 0 and not line.rstrip("\n").endswith(" (deleted)"):
+                names.add(line[i + len(SHM_DIR) + 1:].rstrip("\n"))
     return names
 
 
@@ -438,7 +438,6 @@ def run(cfg: Config, *, progress: bool = True) -> dict:
     watch = ShmWatch()
     if __name__ != "__main__":  # imported (e.g. by the tests): ship this module's code to the workers
         ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    before_buffer = mapped_shm()
     m, rb_kwargs, authkey_b64, label = make_context(cfg.ctx)
     own_ray = not ray.is_initialized()
     if own_ray:
@@ -459,6 +458,7 @@ def run(cfg: Config, *, progress: bool = True) -> dict:
         env_dict = {"obs": {"shape": OBS_DIM, "dtype": np.float32}, "act": {"dtype": np.int64},
                     "rew": {"dtype": np.float32}, "next_obs": {"shape": OBS_DIM, "dtype": np.float32},
                     "discount": {"dtype": np.float32}}
+        before_buffer = mapped_shm()
         rb = MPPrioritizedReplayBuffer(cfg.buffer_size, env_dict, alpha=cfg.alpha, **rb_kwargs)
         # The buffer's memory: the /dev/shm files it made this process map, and
         # how many of them the daemon's registry holds (its shm_list request,
