@@ -961,7 +961,7 @@ def write_bench_section(lines: list[str]) -> None:
                       "learner, so transitions added/s follows the learner's speed; the time per call is the "
                       "direct measure of the replay buffer's coordination.", "",
                       *lines, BENCH_END])
-    start, end = text.find(BENCH_BEGIN), text.find(BENCH_END)
+    start, end = text.find(BENCH_BEGIN.split(" (")[0]), text.find(BENCH_END)  # the marker's fixed part
     if start >= 0 and end > start:
         text = text[:start] + body + text[end + len(BENCH_END):]
     else:
