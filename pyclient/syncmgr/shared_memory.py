@@ -26,8 +26,9 @@ import ctypes
 import mmap
 import os
 import stat
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable
 
+from ._transport import Transport
 from .exceptions import NoSuchObjectError, SyncMgrError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -73,21 +74,13 @@ def _check_segment_file(st: os.stat_result, size: int, daemon_uid: Any) -> str:
     return ""
 
 
-class _Client(Protocol):
-    address: str
-
-    def call(self, op: str, args: dict[str, Any]) -> Any: ...
-
-    def notify(self, op: str, args: dict[str, Any]) -> None: ...
-
-
-def _no_client(address: str) -> _Client:  # pragma: no cover - replaced by the package
+def _no_client(address: str) -> Transport:  # pragma: no cover - replaced by the package
     raise RuntimeError("syncmgr.shared_memory used before the syncmgr package was imported")
 
 
 # Set by the package: returns the client for a daemon address, connecting
 # with the key from this process's environment.
-client_for: Callable[[str], _Client] = _no_client
+client_for: Callable[[str], Transport] = _no_client
 
 
 def _local_boot_id() -> str:
@@ -111,7 +104,7 @@ class SharedMemory:
     _mmap: mmap.mmap | None
     _buf: memoryview | None
 
-    def __init__(self, name: str | None = None, create: bool = False, size: int = 0, *, client: _Client) -> None:
+    def __init__(self, name: str | None = None, create: bool = False, size: int = 0, *, client: Transport) -> None:
         self._client = client
         self._mmap = None
         self._buf = None
@@ -272,7 +265,7 @@ def _shared_ndarray_class() -> type:
     return _ndarray_class
 
 
-def ndarray(client: _Client, shape: Any, dtype: Any = float, name: str | None = None) -> np.ndarray:
+def ndarray(client: Transport, shape: Any, dtype: Any = float, name: str | None = None) -> np.ndarray:
     """A zero-filled numpy array in a new segment (``Manager.ndarray``)."""
     np = _np()
     dt = np.dtype(dtype)
@@ -358,7 +351,7 @@ def _layout_type(t: Any) -> Any:
     return t
 
 
-def RawArray(client: _Client, typecode_or_type: Any, size_or_initializer: Any, name: str | None = None) -> Any:  # noqa: N802
+def RawArray(client: Transport, typecode_or_type: Any, size_or_initializer: Any, name: str | None = None) -> Any:  # noqa: N802
     """A ctypes array in a new segment, as ``multiprocessing.sharedctypes.RawArray``."""
     ct = typecode_to_ctype(typecode_or_type)
     if isinstance(size_or_initializer, int):
@@ -374,7 +367,7 @@ def RawArray(client: _Client, typecode_or_type: Any, size_or_initializer: Any, n
     return arr
 
 
-def RawValue(client: _Client, typecode_or_type: Any, *args: Any, name: str | None = None) -> Any:  # noqa: N802
+def RawValue(client: Transport, typecode_or_type: Any, *args: Any, name: str | None = None) -> Any:  # noqa: N802
     """A ctypes value in a new segment, as ``multiprocessing.sharedctypes.RawValue``."""
     ct = typecode_to_ctype(typecode_or_type)
     layout = ("value", _layout_type(ct), 1)
