@@ -347,7 +347,8 @@ func (r *Registry) Create(session uint64, name string, size int64) (Segment, err
 	if _, ok := r.segs[name]; ok {
 		return Segment{}, fmt.Errorf("%w: %q", ErrExists, name)
 	}
-	if r.limit > 0 && r.total+size > r.limit {
+	if r.limit > 0 && size > r.limit-r.total { // not total+size: that overflows for sizes near 2^63
+
 		return Segment{}, fmt.Errorf("%w: %d bytes requested, %d of %d in use (--shm-limit)", ErrLimit, size, r.total, r.limit)
 	}
 	path, fd, err := r.createFile(name)
