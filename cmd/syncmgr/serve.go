@@ -48,7 +48,7 @@ func runServe(ctx context.Context, args []string) error {
 		maxObjects    = fs.Int("max-objects", def.MaxObjects, "objects the daemon holds at most")
 		maxQueue      = fs.Int64("max-queue", def.MaxQueue, "largest queue maxsize")
 		maxConns      = fs.Int("max-conns", 8192, "authenticated connections at once")
-		maxUnauth     = fs.Int("max-handshakes", 128, "connections in the handshake at once")
+		maxUnauth     = fs.Int("max-handshakes", 128, "connections in the handshake at once, for Unix and for TCP each; over it the oldest silent one is dropped")
 		hsTimeout     = fs.Duration("handshake-timeout", 5*time.Second, "deadline on a connection's handshake")
 		parentPID     = fs.Int("exit-with-parent", 0, "shut down when the process with this pid is no longer our parent")
 		shutdownGrace = fs.Duration("shutdown-timeout", 10*time.Second, "how long a graceful shutdown may take")
