@@ -79,6 +79,15 @@ func runServe(ctx context.Context, args []string) error {
 	if !found {
 		return fmt.Errorf("%w: no authkey: set SYNCMGR_AUTHKEY to a hex key or pass --authkey-file; make one with:\n  export SYNCMGR_AUTHKEY=$(syncmgr keygen)", errUsage)
 	}
+	if err := auth.CheckKey(key); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if f := auth.KeyFile(*keyFile); f != "" {
+		if mode, loose := auth.LooseMode(f); loose {
+			log.Warn().Str("file", f).Str("mode", fmt.Sprintf("%04o", mode)).
+				Msg("the authkey file can be read or written by other users; chmod 600 it")
+		}
+	}
 	if *maxFrame < 1024 || *maxFrame > 1<<30 {
 		return fmt.Errorf("%w: --max-frame must be between 1024 and 1 GiB", errUsage)
 	}
