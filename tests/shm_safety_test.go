@@ -70,11 +70,14 @@ func shmDir(t *testing.T) string {
 	return dir
 }
 
+// execCommand makes the daemon's command (tests may set its directory).
+var execCommand = exec.Command
+
 // startArgv starts a daemon from a full argv and environment; d.sock and
 // d.key must be set. It waits until the daemon answers.
 func (d *daemon) startArgv(argv, environ []string) {
 	d.t.Helper()
-	d.cmd = exec.Command(argv[0], argv[1:]...)
+	d.cmd = execCommand(argv[0], argv[1:]...)
 	d.cmd.Env = environ
 	d.stderr = &syncBuffer{}
 	d.cmd.Stdout, d.cmd.Stderr = d.stderr, d.stderr
