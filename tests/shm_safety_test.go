@@ -89,7 +89,7 @@ func (d *daemon) startArgv(argv, environ []string) {
 	deadline := time.Now().Add(bound)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		c, err := proxy.Dial(ctx, d.sock, d.keyBytes())
+		c, err := proxy.Dial(ctx, d.sock, d.keyBytes(), d.dialOpts...)
 		cancel()
 		if err == nil {
 			c.Close()
@@ -165,7 +165,7 @@ func TestPlantedSegmentFilesAreNotAdopted(t *testing.T) {
 	shm := shmDir(t)
 	home := shortDir(t)
 	must(t, os.Chown(home, victimUID, victimUID))
-	d := &daemon{t: t, sock: filepath.Join(home, "d.sock"), key: newKey(t)}
+	d := &daemon{t: t, sock: filepath.Join(home, "d.sock"), key: newKey(t), dialOpts: []proxy.Option{proxy.WithServerUID(victimUID)}}
 	argv := asUser(victimUID, bin, "serve", "--socket", d.sock, "--shm-dir", shm, "--shm-limit", "64M", "--log-level", "debug")
 	environ := env("SYNCMGR_AUTHKEY="+d.key, "XDG_RUNTIME_DIR="+home, "HOME="+home)
 	d.startArgv(argv, environ)
