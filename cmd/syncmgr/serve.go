@@ -41,6 +41,7 @@ func runServe(ctx context.Context, args []string) error {
 		maxFrame      = fs.Int("max-frame", wire.DefaultMaxFrame, "largest message in bytes")
 		tlsCert       = fs.String("tls-cert", "", "TLS certificate (PEM) for --tcp")
 		tlsKey        = fs.String("tls-key", "", "TLS private key (PEM) for --tcp")
+		insecure      = fs.Bool("insecure", false, "allow --tcp without TLS on an address other than loopback (frames after the handshake are NOT authenticated)")
 		allowOthers   = fs.Bool("allow-other-users", false, "accept Unix-socket clients running as another user (they still need the key); the socket becomes 0666, or 0660 with --socket-group")
 		sockGroup     = fs.String("socket-group", "", "with --allow-other-users: only this group (name or gid) may connect; the socket is 0660 and owned by it")
 		shareGrace    = fs.Duration("share-grace", def.ShareGrace, "how long a shared (pickled) anonymous object outlives its last reference")
@@ -147,6 +148,10 @@ func runServe(ctx context.Context, args []string) error {
 			}
 			tcfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 		}
+		if tcfg == nil && !*insecure && !loopbackOnly(*tcpAddr) {
+			closeAll()
+			return fmt.Errorf("%w: --tcp %s without TLS: off loopback a relay on the path could rewrite replies after the handshake (and Python clients unpickle them); give --tls-cert/--tls-key, or --insecure on a network you trust", errUsage, *tcpAddr)
+		}
 		ln, err := server.ListenTCP(*tcpAddr, tcfg)
 		if err != nil {
 			closeAll()
@@ -155,7 +160,7 @@ func runServe(ctx context.Context, args []string) error {
 		lns = append(lns, ln)
 		ev := log.Info()
 		if tcfg == nil {
-			ev = log.Warn().Str("security", "traffic on this port is authenticated but NOT encrypted; use --tls-cert/--tls-key across untrusted networks")
+			ev = log.Warn().Str("security", "plaintext TCP: the handshake is authenticated, but later frames are neither encrypted nor authenticated; use --tls-cert/--tls-key across untrusted networks")
 		}
 		ev.Str("tcp", ln.Addr().String()).Bool("tls", tcfg != nil).Msg("listening")
 	}
@@ -248,6 +253,19 @@ func openShm(log zerolog.Logger, dir, socket, tcp string, limit int64, ephemeral
 		log.Warn().Int("segments", len(rep.Adopted)).Str("dir", dir).Msg("adopted shared-memory segments left by a previous run on this address")
 	}
 	return shm, nil
+}
+
+// loopbackOnly says whether a HOST:PORT listens on loopback only.
+func loopbackOnly(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // lookupGroup returns the gid of a group name or number.
