@@ -10,13 +10,13 @@ from __future__ import annotations
 import atexit
 import os
 import ssl
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from . import _containers
 from . import _proxies as px
 from . import exceptions as exc
 from . import shared_memory as shm
-from ._connection import Client, default_address, get_client, key_for
+from ._connection import Client, default_address, get_client, key_for, normalize_address
 from ._daemon import PrivateDaemon, find_binary
 
 __all__ = ["Manager", "connect", "find_binary"]
@@ -35,11 +35,11 @@ class Manager:
     ``Manager(address, authkey)`` uses a running daemon instead.
     """
 
-    def __init__(self, address: Optional[str] = None, authkey: Optional[bytes] = None, *,
+    def __init__(self, address: Optional[Union[str, tuple[str, int]]] = None, authkey: Optional[bytes] = None, *,
                  ssl_context: Optional[ssl.SSLContext] = None, log_level: str = "warn",
                  daemon_args: tuple[str, ...] = ()) -> None:
         self._embedded = address is None
-        self._address = address
+        self._address: Optional[str] = normalize_address(address) if address is not None else None
         self._authkey = authkey
         self._ssl = ssl_context
         self._log_level = log_level
@@ -277,7 +277,7 @@ class Manager:
         return shm.RawValue(self._c(), typecode_or_type, *args)
 
 
-def connect(address: Optional[str] = None, authkey: Optional[bytes] = None, *,
+def connect(address: Optional[Union[str, tuple[str, int]]] = None, authkey: Optional[bytes] = None, *,
             ssl_context: Optional[ssl.SSLContext] = None) -> Manager:
     """A manager for a running daemon: address defaults to $SYNCMGR_ADDRESS,
     authkey to $SYNCMGR_AUTHKEY (hex) or the file named by $SYNCMGR_AUTHKEY_FILE."""

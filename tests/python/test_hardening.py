@@ -46,3 +46,83 @@ def test_attach_refuses_a_changed_segment_file(m, problem):
         if os.path.exists(path + ".extra"):
             os.unlink(path + ".extra")
     seg.close()
+
+
+# --- issue 12 item 14 (client side) and item 6 (client side) ---------------------
+
+
+def test_default_address_follows_tmpdir_like_the_daemon(monkeypatch, tmp_path):
+    from syncmgr._connection import default_address
+
+    monkeypatch.delenv("SYNCMGR_ADDRESS", raising=False)
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    assert default_address() == os.path.join(str(tmp_path), f"syncmgr-{os.getuid()}", "syncmgr.sock")
+
+
+def test_relative_and_host_port_addresses(daemon, tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    import syncmgr
+
+    monkeypatch.chdir(os.path.dirname(daemon.address))
+    m = syncmgr.connect(os.path.basename(daemon.address), daemon.key)
+    assert m.address == daemon.address  # made absolute
+    ev = m.Event()
+    ev.set()
+    import pickle
+
+    blob = pickle.dumps(ev)
+    # A child in another working directory unpickles the proxy and reaches the daemon.
+    code = "import pickle, sys; ev = pickle.loads(sys.stdin.buffer.read()); print(ev.is_set())"
+    out = subprocess.run([sys.executable, "-c", code], input=blob, capture_output=True, cwd=str(tmp_path),
+                         env=daemon.env, timeout=30)
+    assert out.stdout.strip() == b"True", out.stderr.decode()
+    from syncmgr._connection import normalize_address
+
+    assert normalize_address(("127.0.0.1", 7791)) == "tcp://127.0.0.1:7791"
+    assert normalize_address(("::1", 7791)) == "tcp://[::1]:7791"
+    assert syncmgr.Manager(("127.0.0.1", 7791)).address == "tcp://127.0.0.1:7791"
+
+
+def test_daemon_not_running_says_how_to_start_one(tmp_path):
+    import syncmgr
+
+    with pytest.raises(syncmgr.ConnectError) as ei:
+        syncmgr.connect(str(tmp_path / "none.sock"), os.urandom(32)).Lock()
+    msg = str(ei.value)
+    assert "no syncmgr daemon is running" in msg and "syncmgr serve" in msg and "SYNCMGR_ADDRESS" in msg
+
+
+def test_socket_of_another_user_is_refused(monkeypatch):
+    """A listener of another uid gets nothing from us, not even the handshake (root only)."""
+    import subprocess
+
+    import syncmgr
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root: runs a listener as uid 64002 with setpriv")
+    import shutil
+    import tempfile
+
+    shared = tempfile.mkdtemp(prefix="smx", dir="/tmp")
+    os.chmod(shared, 0o777)
+    path = os.path.join(shared, "evil.sock")
+    code = ("import socket, sys, time; s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(); "
+            "print('ready', flush=True); c, _ = s.accept(); c.settimeout(5); "
+            "print('got', len(c.recv(100)), flush=True)")
+    python = shutil.which("python3", path="/usr/bin:/bin") or "/usr/bin/python3"  # one the other user can run
+    proc = subprocess.Popen(["setpriv", "--reuid=64002", "--regid=64002", "--clear-groups", "--",
+                             python, "-c", code, path], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        monkeypatch.delenv("SYNCMGR_SERVER_UID", raising=False)
+        with pytest.raises(syncmgr.ConnectError, match="uid 64002"):
+            syncmgr.connect(path, os.urandom(32)).Lock()
+        out, _ = proc.communicate(timeout=10)
+        assert "got 0" in out  # we closed without sending a byte
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+        shutil.rmtree(shared, ignore_errors=True)
