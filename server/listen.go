@@ -11,7 +11,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/syncmgr/syncmgr/auth"
 	"github.com/syncmgr/syncmgr/internal/fsafe"
+	"github.com/syncmgr/syncmgr/wire"
 )
 
 // DefaultSocketPath returns $XDG_RUNTIME_DIR/syncmgr.sock, or
@@ -166,13 +168,76 @@ func ensurePrivateDir(dir string, opts UnixOptions) error {
 }
 
 // ListenTCP listens on a TCP address, wrapped in TLS when cfg is not nil.
+// On a TLS port, a peer that has sent nothing after TLSSilence is taken for
+// a plaintext syncmgr client (which waits for the server's hello, where a
+// TLS client speaks first): it gets a plaintext handshake error frame that
+// says the port needs TLS, instead of a silent timeout.
 func ListenTCP(addr string, cfg *tls.Config) (net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on tcp: %w", err)
 	}
 	if cfg != nil {
-		return tls.NewListener(ln, cfg), nil
+		return tls.NewListener(sniffListener{ln}, cfg), nil
 	}
 	return ln, nil
+}
+
+// TLSSilence is how long a TLS port waits for a client's first byte before
+// answering as to a plaintext client. TLS clients send their hello at once.
+var TLSSilence = 1500 * time.Millisecond
+
+type sniffListener struct{ net.Listener }
+
+func (l sniffListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &sniffConn{Conn: c}, nil
+}
+
+// sniffConn answers a silent peer with a plaintext error frame on its first
+// read (which the TLS server makes to get the client's hello).
+type sniffConn struct {
+	net.Conn
+	first  bool
+	readDL time.Time // the read deadline the TLS server asked for
+}
+
+func (c *sniffConn) SetDeadline(t time.Time) error {
+	c.readDL = t
+	return c.Conn.SetDeadline(t)
+}
+
+func (c *sniffConn) SetReadDeadline(t time.Time) error {
+	c.readDL = t
+	return c.Conn.SetReadDeadline(t)
+}
+
+func (c *sniffConn) Read(b []byte) (int, error) {
+	if c.first {
+		return c.Conn.Read(b)
+	}
+	c.first = true
+	dl := time.Now().Add(TLSSilence)
+	if !c.readDL.IsZero() && c.readDL.Before(dl) {
+		dl = c.readDL
+	}
+	_ = c.Conn.SetReadDeadline(dl)
+	n, err := c.Conn.Read(b)
+	_ = c.Conn.SetReadDeadline(c.readDL)
+	if n == 0 && err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			if frame, merr := wire.Marshal(auth.ErrorMsg{T: "error", Code: string(wire.CodeBadRequest),
+				Message: "this port requires TLS: the client connected without it (give the client the CA: $SYNCMGR_TLS_CA, or its TLS options)"}); merr == nil {
+				_ = c.Conn.SetWriteDeadline(time.Now().Add(time.Second))
+				_ = wire.WriteFrame(c.Conn, frame)
+			}
+			return 0, errors.New("a plaintext client on a TLS port")
+		}
+		return n, err
+	}
+	return n, err
 }

@@ -76,6 +76,32 @@ def default_address() -> str:
     return os.path.join(os.environ.get("TMPDIR") or "/tmp", f"syncmgr-{os.getuid()}", "syncmgr.sock")
 
 
+TLS_ENV = ("SYNCMGR_TLS_CA", "SYNCMGR_TLS_CERT", "SYNCMGR_TLS_KEY", "SYNCMGR_TLS_SERVER_NAME")
+_env_tls: dict[tuple[str, ...], ssl.SSLContext] = {}
+
+
+def tls_context_from_env() -> Optional[ssl.SSLContext]:
+    """TLS for tcp:// addresses from the environment, or None when
+    $SYNCMGR_TLS_CA is not set: $SYNCMGR_TLS_CA (CA file to trust),
+    $SYNCMGR_TLS_CERT and $SYNCMGR_TLS_KEY (optional client certificate),
+    $SYNCMGR_TLS_SERVER_NAME (the name to check the certificate against;
+    default: the address's host). ``Manager.runtime_env()`` carries them."""
+    vals = tuple(os.environ.get(k, "") for k in TLS_ENV)
+    if not vals[0]:
+        return None
+    with _clients_lock:
+        ctx = _env_tls.get(vals)
+        if ctx is None:
+            try:
+                ctx = ssl.create_default_context(cafile=vals[0])
+                if vals[1]:
+                    ctx.load_cert_chain(vals[1], vals[2] or None)
+            except (OSError, ssl.SSLError) as e:
+                raise exc.ConnectError(f"TLS settings from the environment ($SYNCMGR_TLS_*): {e}") from e
+            _env_tls[vals] = ctx
+        return ctx
+
+
 def normalize_address(address: Any) -> str:
     """A daemon address as a string that means the same in any process.
 
@@ -183,6 +209,8 @@ def key_for(address: str) -> bytes:
 def get_client(address: str, authkey: Optional[bytes] = None, ssl_context: Optional[ssl.SSLContext] = None) -> Client:
     """The process's client for address (created on first use)."""
     address = normalize_address(address)
+    if ssl_context is None and address.startswith("tcp://"):
+        ssl_context = tls_context_from_env()
     with _clients_lock:
         c = _clients.get(address)
         if c is None or (authkey is not None and c._key != authkey) or (
@@ -380,7 +408,7 @@ def _connect(address: str, ssl_context: Optional[ssl.SSLContext]) -> socket.sock
             sock = socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if ssl_context is not None:
-                sock = ssl_context.wrap_socket(sock, server_hostname=host)
+                sock = ssl_context.wrap_socket(sock, server_hostname=os.environ.get("SYNCMGR_TLS_SERVER_NAME") or host)
             return sock
         path = address[len("unix://"):] if address.startswith("unix://") else address
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

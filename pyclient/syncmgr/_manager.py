@@ -16,7 +16,7 @@ from . import _containers
 from . import _proxies as px
 from . import exceptions as exc
 from . import shared_memory as shm
-from ._connection import Client, default_address, get_client, key_for, normalize_address
+from ._connection import TLS_ENV, Client, default_address, get_client, key_for, normalize_address
 from ._daemon import PrivateDaemon, find_binary
 
 __all__ = ["Manager", "connect", "find_binary"]
@@ -140,7 +140,9 @@ class Manager:
     def runtime_env(self) -> dict[str, Any]:
         """A Ray runtime_env that lets workers reach this daemon."""
         key = self._authkey if self._authkey is not None else key_for(self.address)
-        return {"env_vars": {"SYNCMGR_ADDRESS": self.address, "SYNCMGR_AUTHKEY": key.hex()}}
+        env = {"SYNCMGR_ADDRESS": self.address, "SYNCMGR_AUTHKEY": key.hex()}
+        env.update({k: os.environ[k] for k in TLS_ENV if os.environ.get(k)})  # TLS settings, when set here
+        return {"env_vars": env}
 
     def _c(self) -> Client:
         if self._state == "initial":

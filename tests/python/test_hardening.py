@@ -126,3 +126,60 @@ def test_socket_of_another_user_is_refused(monkeypatch):
         proc.kill()
         proc.wait(timeout=10)
         shutil.rmtree(shared, ignore_errors=True)
+
+
+# --- issue 12 item 5: TLS settings from the environment ---------------------------
+
+
+def test_tls_from_the_environment_reaches_ray_style_workers(tmp_path, monkeypatch):
+    import re
+    import shutil
+    import subprocess
+    import sys
+    import time
+
+    import syncmgr
+    from conftest import start_daemon
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make a test certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                    "-nodes", "-days", "1", "-subj", "/CN=syncmgr-test", "-addext", "subjectAltName=DNS:syncmgr-test",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True, timeout=60)
+    d = start_daemon("--tcp", "127.0.0.1:0", "--tls-cert", str(cert), "--tls-key", str(key), "--log-format", "json",
+                     "--log-level", "info")
+    try:
+        with open(d.log) as f:
+            port = re.search(r'"tcp":"127\.0\.0\.1:(\d+)"', f.read()).group(1)
+        addr = f"tcp://127.0.0.1:{port}"
+        # Without TLS settings: an error that says the port needs TLS, quickly.
+        monkeypatch.delenv("SYNCMGR_TLS_CA", raising=False)
+        t0 = time.monotonic()
+        with pytest.raises(syncmgr.SyncMgrError, match="requires TLS"):
+            syncmgr.connect(addr, d.key).Event()
+        assert time.monotonic() - t0 < 5
+        # With them (and a server name other than the address's host).
+        monkeypatch.setenv("SYNCMGR_TLS_CA", str(cert))
+        monkeypatch.setenv("SYNCMGR_TLS_SERVER_NAME", "syncmgr-test")
+        m = syncmgr.connect(addr, d.key)
+        ev = m.Event()
+        ev.set()
+        env = m.runtime_env()["env_vars"]
+        assert env["SYNCMGR_TLS_CA"] == str(cert) and env["SYNCMGR_TLS_SERVER_NAME"] == "syncmgr-test"
+        # A worker with only the runtime_env's variables unpickles a proxy and uses it.
+        import pickle
+
+        code = "import pickle, sys; ev = pickle.loads(sys.stdin.buffer.read()); print(ev.is_set())"
+        worker_env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": os.pathsep.join(sys.path), **env}
+        out = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(ev), capture_output=True,
+                             env=worker_env, timeout=30)
+        assert out.stdout.strip() == b"True", out.stderr.decode()
+        # `syncmgr status` takes the same settings (flags default to the variables).
+        from conftest import BIN
+
+        st = subprocess.run([BIN, "status", "--address", addr], capture_output=True, timeout=30,
+                            env={**worker_env, "SYNCMGR_AUTHKEY": d.key.hex()})
+        assert st.returncode == 0 and b"EVENT" in st.stdout.upper(), st.stderr.decode()
+    finally:
+        d.stop()
