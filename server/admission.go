@@ -136,6 +136,7 @@ func (a *admission) admit(c *conn) bool {
 	if f, ok := a.fails[src]; ok && f.n >= failBackoffAfter {
 		if wait := backoff(f.n) - now.Sub(f.last); wait > 0 {
 			a.mu.Unlock()
+			c.srv.cfg.Metrics.Refused(transportOf(c.nc), "backoff")
 			a.refuse(c, wire.CodeLimit, fmt.Sprintf("too many failed handshakes from this source; retry in %v", wait.Round(time.Millisecond)), src)
 			return false
 		}
@@ -163,6 +164,7 @@ func (a *admission) admit(c *conn) bool {
 	a.pools[pool]++
 	a.mu.Unlock()
 	for _, v := range evict {
+		c.srv.cfg.Metrics.Refused(transportOf(v.nc), "handshakes")
 		v.close()
 	}
 	if len(evict) > 0 {
