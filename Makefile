@@ -94,11 +94,11 @@ $(VENV)/.bench-installed: $(VENV)/.installed
 
 # The full benchmark: prints the tables and rewrites docs/benchmarks.md.
 bench: build venv $(VENV)/.bench-installed
-	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) bench/bench.py $(BENCH_ARGS)
+	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) -m bench $(BENCH_ARGS)
 
 # A few seconds of every benchmark, to check that it runs (not its numbers).
 bench-smoke: build venv
-	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) bench/bench.py --smoke --no-redis
+	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) -m bench --smoke --no-redis
 
 clean:
 	rm -rf bin $(VENV) dist pyclient/build
