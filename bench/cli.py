@@ -7,12 +7,14 @@ import argparse
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 import traceback
 from typing import Any, Optional
 
 import bench
-from bench.common import _T0, REPO, BenchTimeout, log, run_cleanups
+from bench.common import _T0, HERE, REPO, BenchTimeout, log, run_cleanups
 from bench.plots import make_plots
 from bench.report import evaluate_targets, print_report, write_markdown
 from bench.runner import run
@@ -34,6 +36,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--render", metavar="JSON", help="do not measure: rewrite the report from a --json file")
     p.add_argument("--wait-quiet", type=float, metavar="SECONDS",
                    help="first wait up to this long for the 1-minute load average to drop below 0.7")
+    p.add_argument("--no-targets", action="store_true",
+                   help="skip bench/targets.py (the issue 13 targets), which a full run starts after its own part")
     p.add_argument("--max-time", type=float, help="abort the run after this many seconds (default 1800, smoke 110)")
     args = p.parse_args(argv)
     if args.smoke and args.quick:
@@ -90,8 +94,22 @@ def main(argv: Optional[list[str]] = None) -> int:
         plots = make_plots(R, os.path.dirname(os.path.abspath(out)), R["notes"])
         write_markdown(R, out, plots)
         log(f"wrote {out}" + (f" and {', '.join(os.path.basename(x) for x in plots)}" if plots else ""))
+    status = 0
+    if not args.smoke and not args.quick and not args.no_targets:
+        status = run_targets(out if out and not args.no_docs else None)
     log(f"done in {time.monotonic() - _T0:.0f} s")
-    return 0
+    return status
+
+
+def run_targets(out: Optional[str]) -> int:
+    """Run bench/targets.py (the issue 13 targets, in a process of its own) after the main part, so that
+    a full run shows everything; it rewrites only its own marked section of the report."""
+    script = os.path.join(HERE, "targets.py")
+    if not os.path.exists(script):
+        return 0
+    cmd = [sys.executable, script] + (["--out", out] if out else ["--no-docs"])
+    log("targets: " + " ".join(cmd))
+    return subprocess.call(cmd)
 
 
 def _int_keys(d: dict[str, Any]) -> dict[Any, Any]:

@@ -8,6 +8,7 @@ import contextlib
 import math
 import os
 import platform
+import re
 import subprocess
 import sys
 import textwrap
@@ -492,5 +493,23 @@ def write_markdown(R: dict[str, Any], path: str, plots: list[str]) -> None:
     L.append("`python -m bench --json FILE` saves every number of a run; `python -m bench --render FILE --out PATH` "
              "rewrites this page from such a file without measuring again.")
     L.append("")
+    # Sections other tools write between "<!-- name:begin ... -->" and "<!-- name:end -->" markers
+    # (make demo-compare, the issue 13 targets) are kept, in their order, after this run's part.
+    for block in kept_sections(path):
+        L.append(block)
+        L.append("")
     with open(path, "w") as f:
         f.write("\n".join(L))
+
+
+_SECTION = re.compile(r"^<!-- ([\w-]+):begin\b.*?^<!-- \1:end -->$", re.M | re.S)
+
+
+def kept_sections(path: str) -> list[str]:
+    """The marker-delimited sections of the existing report at `path` (none if there is no file)."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except FileNotFoundError:
+        return []
+    return [m.group(0) for m in _SECTION.finditer(text)]

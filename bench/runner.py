@@ -498,6 +498,10 @@ def config(args: argparse.Namespace) -> dict[str, Any]:
     return cfg
 
 
+# Wall time of each mode on the reference machine (2 cores), the issue 13 targets not included.
+EXPECTED = {"smoke": "about 20 s", "quick": "about 2-3 min", "full": "about 6-9 min"}
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     binary = find_syncmgr_bin()
     os.environ["SYNCMGR_BIN"] = binary
@@ -515,6 +519,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     systems = [SYNCMGR, SYNCMANAGER] + ([REDIS] if redis_ok else [])
     R["systems"] = systems
     log(f"mode {cfg['mode']}; systems {', '.join(systems)}; daemon {binary}")
+    log(f"expected run time on 2 idle cores: {EXPECTED[cfg['mode']]} (more on a loaded machine; "
+        f"--max-time {args.max_time or (110 if args.smoke else 1800):g} s bounds it)")
     if args.wait_quiet:
         deadline = time.monotonic() + args.wait_quiet
         while loadavg() > 0.7 and time.monotonic() < deadline:
