@@ -1,6 +1,6 @@
 """syncmgr against CPython's SyncManager (and Redis), side by side, in one run.
 
-    .venv/bin/python -m bench                 # full run (~6-9 min on 2 cores), rewrites docs/benchmarks.md
+    .venv/bin/python -m bench                 # full run (~3-5 min on 2 cores), rewrites docs/benchmarks.md
     .venv/bin/python -m bench --smoke         # < 60 s, changes no file; exit status 0 if everything ran
     .venv/bin/python -m bench --quick --out /tmp/b.md
     make bench BENCH_ARGS="--install-redis"         # with Redis columns (apt-get installs redis-server)

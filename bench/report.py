@@ -372,6 +372,10 @@ def write_markdown(R: dict[str, Any], path: str, plots: list[str]) -> None:
         rows.append(["virtualization", info["virtualization"]])
     if "load_start" in R:
         rows.append(["1-min load average at start", f"{R['load_start']:.2f}"])
+    if "load_end" in R:
+        rows.append(["1-min load average at end", f"{R['load_end']:.2f}"])
+    if "seconds" in R:
+        rows.append(["run time (this part)", f"{R['seconds']:.0f} s"])
     L.append(md_table(["", ""], rows, "ll"))
     L.append("")
     L.append("## Targets")
