@@ -60,7 +60,7 @@ func sleep(w *uint64, x uint64, deadline time.Time) bool {
 }
 
 func deadlineOf(timeout time.Duration) time.Time {
-	if timeout < 0 {
+	if timeout <= 0 { // 0: never waits; Forever: no deadline
 		return time.Time{}
 	}
 	return time.Now().Add(timeout)
