@@ -24,7 +24,7 @@ type Barrier struct {
 	timeout   time.Duration // default wait timeout; Forever for none
 	state     int
 	count     int64
-	actor     *Session // runs the action while draining
+	actor     *Session // runs the action while draining (compared by slot)
 	waiters   waitQueue
 }
 
@@ -41,11 +41,40 @@ func (b *Barrier) Kind() Kind { return KindBarrier }
 // Parties returns the number of parties.
 func (b *Barrier) Parties() int64 { return b.parties }
 
-// Wait arrives at the barrier and waits for the others. It returns the
-// party's index (0 .. parties-1). When runAction is true the caller is the
-// last party and must run the action, then call ActionDone. A negative
-// timeout uses the barrier's default.
+// Wait is WaitGrant committed at once.
 func (b *Barrier) Wait(ctx context.Context, s *Session, timeout time.Duration) (index int64, runAction bool, err error) {
+	g, err := b.WaitGrant(ctx, s, timeout)
+	g.Commit()
+	return g.Index(), g.RunAction(), err
+}
+
+// WaitGrant arrives at the barrier and waits for the others. The grant
+// holds the party's index (0 .. parties-1); when its RunAction is true the
+// caller is the last party and must run the action, then call ActionDone.
+// Undoing that grant breaks the barrier (nobody will run the action);
+// undoing any other grant does nothing, the others have passed. A negative
+// timeout uses the barrier's default.
+func (b *Barrier) WaitGrant(ctx context.Context, s *Session, timeout time.Duration) (Grant, error) {
+	index, runAction, err := b.wait(ctx, s, timeout)
+	if err != nil {
+		return Grant{}, err
+	}
+	g := Grant{sess: s, index: index, ok: true, action: runAction}
+	if runAction {
+		g.obj = b
+	}
+	return g, nil
+}
+
+func (b *Barrier) undo(g *Grant) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.state == barrierDraining && b.actor.Slot() == g.sess.Slot() {
+		b.breakLocked()
+	}
+}
+
+func (b *Barrier) wait(ctx context.Context, s *Session, timeout time.Duration) (index int64, runAction bool, err error) {
 	if timeout < 0 {
 		timeout = b.timeout
 	}
@@ -114,7 +143,7 @@ func (b *Barrier) breakLocked() {
 func (b *Barrier) ActionDone(s *Session, ok bool) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.state != barrierDraining || b.actor != s {
+	if b.state != barrierDraining || b.actor.Slot() != s.Slot() {
 		return fmt.Errorf("%w: no barrier action is pending for this client", ErrValue)
 	}
 	if !ok {
@@ -160,7 +189,7 @@ func (b *Barrier) NWaiting() int64 {
 func (b *Barrier) releaseSession(s *Session) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.state == barrierDraining && b.actor == s {
+	if b.state == barrierDraining && b.actor.Slot() == s.Slot() {
 		b.breakLocked()
 	}
 }

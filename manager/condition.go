@@ -9,6 +9,7 @@ import (
 // condLock is a lock a Condition can wait on: a Lock or an RLock.
 type condLock interface {
 	Object
+	AcquireGrant(ctx context.Context, s *Session, tid int64, block bool, timeout time.Duration) (Grant, error)
 	Acquire(ctx context.Context, s *Session, tid int64, block bool, timeout time.Duration) (bool, error)
 	Release(s *Session, tid int64) error
 	// ownedBy reports whether (s, tid) holds the lock.
@@ -20,16 +21,12 @@ type condLock interface {
 	reacquire(ctx context.Context, s *Session, tid int64, saved int64) error
 }
 
-func (l *Lock) ownedBy(s *Session, _ int64) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.held && l.owner == s
-}
+func (l *Lock) ownedBy(s *Session, _ int64) bool { return l.st.Owner() == s.Slot() }
 
 func (l *Lock) releaseForWait(s *Session, _ int64) (int64, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.held || l.owner != s {
+	if l.st.Owner() != s.Slot() {
 		return 0, fmt.Errorf("%w: cannot wait on un-acquired lock", ErrNotOwner)
 	}
 	l.handOn()
@@ -45,21 +42,19 @@ func (l *Lock) reacquire(ctx context.Context, s *Session, tid int64, _ int64) er
 }
 
 func (r *RLock) ownedBy(s *Session, tid int64) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.count > 0 && r.owner == s && r.tid == tid
+	slot, otid, depth := r.st.Owner()
+	return depth > 0 && slot == s.Slot() && otid == tid
 }
 
 func (r *RLock) releaseForWait(s *Session, tid int64) (int64, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.count == 0 || r.owner != s || r.tid != tid {
+	slot, otid, depth := r.st.Owner()
+	if depth == 0 || slot != s.Slot() || otid != tid {
 		return 0, fmt.Errorf("%w: cannot wait on un-acquired lock", ErrNotOwner)
 	}
-	saved := r.count
-	r.count = 0
 	r.handOn()
-	return saved, nil
+	return depth, nil
 }
 
 func (r *RLock) reacquire(ctx context.Context, s *Session, tid int64, saved int64) error {
@@ -71,8 +66,8 @@ func (r *RLock) reacquire(ctx context.Context, s *Session, tid int64, saved int6
 		return err
 	}
 	r.mu.Lock()
-	if r.owner == s && r.tid == tid {
-		r.count = saved
+	if slot, otid, depth := r.st.Owner(); depth > 0 && slot == s.Slot() && otid == tid {
+		r.st.Set(slot, otid, saved)
 	}
 	r.mu.Unlock()
 	return nil
@@ -98,6 +93,11 @@ func (c *Condition) Kind() Kind { return KindCondition }
 // LockName returns the name of the underlying lock.
 func (c *Condition) LockName() string { return c.lock.Name() }
 
+// AcquireGrant acquires the underlying lock; see Lock.AcquireGrant.
+func (c *Condition) AcquireGrant(ctx context.Context, s *Session, tid int64, block bool, timeout time.Duration) (Grant, error) {
+	return c.lock.AcquireGrant(ctx, s, tid, block, timeout)
+}
+
 // Acquire acquires the underlying lock.
 func (c *Condition) Acquire(ctx context.Context, s *Session, tid int64, block bool, timeout time.Duration) (bool, error) {
 	return c.lock.Acquire(ctx, s, tid, block, timeout)
@@ -106,11 +106,36 @@ func (c *Condition) Acquire(ctx context.Context, s *Session, tid int64, block bo
 // Release releases the underlying lock.
 func (c *Condition) Release(s *Session, tid int64) error { return c.lock.Release(s, tid) }
 
-// Wait releases the lock, waits for a notify or the timeout, and reacquires
-// the lock. It reports whether it was notified. The caller must hold the
-// lock. On an error (ctx cancelled, object deleted, shutdown) the lock is
-// not reacquired: an error always means the caller does not hold it.
+// Wait is WaitGrant committed at once.
 func (c *Condition) Wait(ctx context.Context, s *Session, tid int64, timeout time.Duration) (bool, error) {
+	g, err := c.WaitGrant(ctx, s, tid, timeout)
+	g.Commit()
+	return g.OK(), err
+}
+
+// WaitGrant releases the lock, waits for a notify or the timeout, and
+// reacquires the lock. The grant is OK when the wait was notified; on
+// success (notified or timed out) the caller holds the lock again. The
+// caller must hold the lock. On an error (ctx cancelled, object deleted,
+// shutdown) the lock is not reacquired: an error always means the caller
+// does not hold it. Undoing the grant brings about that same state: the
+// notification goes to the next waiter and the lock is released.
+func (c *Condition) WaitGrant(ctx context.Context, s *Session, tid int64, timeout time.Duration) (Grant, error) {
+	notified, err := c.wait(ctx, s, tid, timeout)
+	if err != nil {
+		return Grant{}, err
+	}
+	return Grant{obj: c, sess: s, tid: tid, ok: notified}, nil
+}
+
+func (c *Condition) undo(g *Grant) {
+	if g.ok {
+		c.notify(1)
+	}
+	_, _ = c.lock.releaseForWait(g.sess, g.tid)
+}
+
+func (c *Condition) wait(ctx context.Context, s *Session, tid int64, timeout time.Duration) (bool, error) {
 	c.mu.Lock()
 	if c.dead != nil {
 		c.mu.Unlock()

@@ -115,6 +115,33 @@ func (d *Dict) PopItem() (DictEntry, bool) {
 	return d.deleteLocked(el.Value.(*DictEntry).Key)
 }
 
+// Value returns the value stored under key; a missing key is ErrKey.
+func (d *Dict) Value(key []byte) ([]byte, error) {
+	e, ok := d.Get(key)
+	if !ok {
+		return nil, fmt.Errorf("%w: key not found", ErrKey)
+	}
+	return e.Value, nil
+}
+
+// Pop removes key and returns its value; a missing key is ErrKey.
+func (d *Dict) Pop(key []byte) ([]byte, error) {
+	e, ok := d.Delete(key)
+	if !ok {
+		return nil, fmt.Errorf("%w: key not found", ErrKey)
+	}
+	return e.Value, nil
+}
+
+// PopLast removes and returns the last entry; an empty dict is ErrKey.
+func (d *Dict) PopLast() (DictEntry, error) {
+	e, ok := d.PopItem()
+	if !ok {
+		return e, fmt.Errorf("%w: popitem(): dictionary is empty", ErrKey)
+	}
+	return e, nil
+}
+
 // Len returns the number of entries.
 func (d *Dict) Len() int {
 	d.mu.Lock()
@@ -263,6 +290,14 @@ func (l *List) Index(v []byte) (int, bool) {
 	return 0, false
 }
 
+// IndexOf returns the index of the first item equal to v; none is ErrValue.
+func (l *List) IndexOf(v []byte) (int, error) {
+	if i, ok := l.Index(v); ok {
+		return i, nil
+	}
+	return 0, fmt.Errorf("%w: list.index(x): x not in list", ErrValue)
+}
+
 // Remove removes the first item equal to v (by bytes).
 func (l *List) Remove(v []byte) error {
 	l.mu.Lock()
@@ -301,7 +336,8 @@ func (l *List) Len() int {
 func (l *List) Snapshot() ([][]byte, uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return append([][]byte(nil), l.items...), l.version
+	// Never nil: an empty list is an empty array on the wire, not nil.
+	return append(make([][]byte, 0, len(l.items)), l.items...), l.version
 }
 
 // Replace sets all items if the list is still at version (or always when

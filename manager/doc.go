@@ -1,20 +1,44 @@
-// Package manager holds the semantics of syncmgr's shared objects: Lock,
-// RLock, Semaphore, BoundedSemaphore, Event, Value and Queue, the registry
-// that names them, and the sessions (client processes) that hold them.
+// Package manager holds the semantics of syncmgr's shared objects, the
+// registry that names them, and the sessions (client processes) that hold
+// them. It knows nothing of sockets or frames: a transport (the socket
+// server in package server, a shared-memory fast path later) maps requests
+// to the methods here.
 //
-// It knows nothing of sockets or frames. A transport (the socket server in
-// package server today, a shared-memory fast path later) maps its requests to
-// the methods here, each of which takes the calling *Session and, where it can
-// block, a context.Context and a timeout.
+// The 13 kinds, one file per family of semantics:
 //
-// Every blocking operation follows the same pattern, after x/sync's
-// semaphore: the waiter is queued under the object's mutex, the caller selects
-// on the waiter's ready channel, its timer and its context, and on timeout or
-// cancellation it re-locks and removes itself; if the grant raced in first it
-// keeps the grant and reports success, so that nothing granted is ever
-// dropped. A caller that cannot deliver a grant (its client is gone) gives it
-// back with the matching undo (Release, Unget).
+//	lock.go       Lock, RLock
+//	semaphore.go  Semaphore, BoundedSemaphore
+//	event.go      Event
+//	value.go      Value (typed, with add and compare-and-set)
+//	condition.go  Condition (over a Lock or RLock)
+//	barrier.go    Barrier
+//	queue.go      Queue, JoinableQueue
+//	containers.go dict, Namespace (a dict), list
 //
-// When a session ends, every Lock, RLock and Semaphore unit it holds is
-// released and handed to the next waiter.
+// Where an op's undo lives (grant.go): every blocking or consuming op
+// returns a Grant, which the transport commits once its reply is written or
+// undoes when it cannot deliver it; the undo is the object's own code, next
+// to the op. The Grant-returning methods are Lock, RLock, Semaphore and
+// Condition AcquireGrant; Condition, Event and Barrier WaitGrant; Queue
+// GetGrant and PutGrant. The methods without the suffix (Acquire, Wait, Get,
+// Put) commit at once, for callers that deliver the result themselves. Rule:
+// an error means no effect.
+//
+// Every blocking operation waits as x/sync's semaphore does (wait.go): the
+// waiter is queued under the object's mutex, the caller selects on the
+// waiter's ready channel, its timer and its context, and on timeout or
+// cancellation it re-locks and removes itself; if the grant raced in first
+// it keeps it and returns it, so nothing granted is dropped.
+//
+// Sessions (manager.go, slots.go): a session has a never-reused ID (status
+// listings) and a compact Slot, which objects record as owners; a slot is
+// reused only after the session ended and nothing pins it (Slots.Pin). When
+// a session ends, every Lock, RLock and Semaphore unit it holds is released
+// and handed to the next waiter, a Barrier action it owed breaks the
+// barrier, and then its end hooks (Session.OnEnd) run.
+//
+// State (state.go): the state of Lock, RLock, Semaphore, BoundedSemaphore
+// and Event is a state word, and a numeric Value's a seqlock cell; the op
+// semantics read and write it only through those types, whose comment gives
+// the layout a shared-memory segment will use.
 package manager

@@ -30,6 +30,9 @@ var (
 	ErrIndex = errors.New("index error")
 	// ErrKey: a dict key that is not there.
 	ErrKey = errors.New("key error")
+	// ErrUnknownKind: a kind that is not one of the 13 (a protocol error,
+	// like an unknown op, on create and on every other op alike).
+	ErrUnknownKind = errors.New("unknown kind")
 	// ErrBroken: a barrier is broken.
 	ErrBroken = errors.New("broken barrier")
 )

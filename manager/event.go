@@ -5,30 +5,34 @@ import (
 	"time"
 )
 
-// Event is a level-triggered flag, as threading.Event.
+// Event is a level-triggered flag, as threading.Event. Its flag is an
+// EventState; IsSet reads it without the mutex.
 type Event struct {
 	base
-	flag    bool
+	st      EventState
 	waiters waitQueue
 }
 
-func newEvent(name string) *Event { return &Event{base: base{name: name}} }
+func newEvent(name string) *Event {
+	e := &Event{base: base{name: name}}
+	e.waiters.word = &e.st.W0
+	return e
+}
 
 // Kind implements Object.
 func (e *Event) Kind() Kind { return KindEvent }
 
+// State returns the event's state word.
+func (e *Event) State() *EventState { return &e.st }
+
 // IsSet reports the flag.
-func (e *Event) IsSet() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.flag
-}
+func (e *Event) IsSet() bool { return e.st.IsSet() }
 
 // Set raises the flag and wakes every waiter.
 func (e *Event) Set() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.flag = true
+	e.st.Set()
 	for w := e.waiters.front(); w != nil; w = e.waiters.front() {
 		e.waiters.grant(w)
 	}
@@ -37,33 +41,41 @@ func (e *Event) Set() {
 // Clear lowers the flag.
 func (e *Event) Clear() {
 	e.mu.Lock()
-	e.flag = false
+	e.st.Clear()
 	e.mu.Unlock()
 }
 
-// Wait blocks until the flag is set or the timeout passes, and returns the
-// flag (false on timeout).
-func (e *Event) Wait(ctx context.Context, timeout time.Duration) (bool, error) {
+// WaitGrant blocks until the flag is set or the timeout passes; the grant
+// is OK when the flag was set. A wait takes nothing: there is nothing to
+// undo.
+func (e *Event) WaitGrant(ctx context.Context, timeout time.Duration) (Grant, error) {
 	e.mu.Lock()
 	if e.dead != nil {
 		e.mu.Unlock()
-		return false, e.dead
+		return Grant{}, e.dead
 	}
-	if e.flag || timeout == 0 {
-		f := e.flag
+	if e.st.IsSet() || timeout == 0 {
+		f := e.st.IsSet()
 		e.mu.Unlock()
-		return f, nil
+		return Grant{ok: f}, nil
 	}
 	w := newWaiter(nil, 0)
 	e.waiters.push(w)
-	return e.park(ctx, &e.waiters, w, timeout)
+	ok, err := e.park(ctx, &e.waiters, w, timeout)
+	return Grant{ok: ok}, err
+}
+
+// Wait is WaitGrant's result: the flag, false on timeout.
+func (e *Event) Wait(ctx context.Context, timeout time.Duration) (bool, error) {
+	g, err := e.WaitGrant(ctx, timeout)
+	return g.OK(), err
 }
 
 // Describe implements Object.
 func (e *Event) Describe() (string, int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.flag {
+	if e.st.IsSet() {
 		return "set", e.waiters.len()
 	}
 	return "clear", e.waiters.len()

@@ -7,81 +7,111 @@ import (
 )
 
 // Lock is a non-recursive mutual-exclusion lock, as threading.Lock: any
-// session may release it. The holder is recorded so that the lock is freed
-// when the holding session ends.
+// session may release it. Its state is a LockState (owner slot and thread);
+// the lock is freed when the owning session ends.
 type Lock struct {
 	base
-	held    bool
-	owner   *Session
-	tid     int64
+	st      LockState
+	holder  *Session // accounting only: whose hold list names this lock
 	waiters waitQueue
 }
 
-func newLock(name string) *Lock { return &Lock{base: base{name: name}} }
+func newLock(name string) *Lock {
+	l := &Lock{base: base{name: name}}
+	l.waiters.word = &l.st.W0
+	return l
+}
 
 // Kind implements Object.
 func (l *Lock) Kind() Kind { return KindLock }
 
-// Acquire takes the lock for (s, tid). With block false it does not wait; a
-// negative timeout waits for ever. It reports whether the lock was taken.
-func (l *Lock) Acquire(ctx context.Context, s *Session, tid int64, block bool, timeout time.Duration) (bool, error) {
+// State returns the lock's state words.
+func (l *Lock) State() *LockState { return &l.st }
+
+// AcquireGrant takes the lock for (s, tid). With block false it does not
+// wait; a negative timeout waits for ever. The grant is OK when the lock was
+// taken; undoing it releases the lock.
+func (l *Lock) AcquireGrant(ctx context.Context, s *Session, tid int64, block bool, timeout time.Duration) (Grant, error) {
 	l.mu.Lock()
 	if l.dead != nil {
 		l.mu.Unlock()
-		return false, l.dead
+		return Grant{}, l.dead
 	}
-	if !l.held {
-		l.take(s, tid)
+	if l.take(s, tid) {
 		l.mu.Unlock()
-		return true, nil
+		return Grant{obj: l, sess: s, tid: tid, ok: true}, nil
 	}
-	if !block {
+	if !block || timeout == 0 {
 		l.mu.Unlock()
-		return false, nil
+		return Grant{}, nil
 	}
 	w := newWaiter(s, tid)
 	l.waiters.push(w)
-	return l.park(ctx, &l.waiters, w, timeout)
+	ok, err := l.park(ctx, &l.waiters, w, timeout)
+	if !ok {
+		return Grant{}, err
+	}
+	return Grant{obj: l, sess: s, tid: tid, ok: true}, nil
 }
 
-func (l *Lock) take(s *Session, tid int64) {
-	l.held, l.owner, l.tid = true, s, tid
+// Acquire is AcquireGrant committed at once, for callers that deliver the
+// result themselves.
+func (l *Lock) Acquire(ctx context.Context, s *Session, tid int64, block bool, timeout time.Duration) (bool, error) {
+	g, err := l.AcquireGrant(ctx, s, tid, block, timeout)
+	g.Commit()
+	return g.OK(), err
+}
+
+func (l *Lock) take(s *Session, tid int64) bool {
+	if !l.st.TryTake(s.Slot(), tid) {
+		return false
+	}
+	l.holder = s
 	s.hold(l)
+	return true
 }
 
 // handOn gives the lock to the first waiter, or frees it.
 func (l *Lock) handOn() {
-	l.owner.unhold(l)
+	l.holder.unhold(l)
+	l.holder = nil
 	if w := l.waiters.front(); w != nil {
-		l.take(w.sess, w.tid)
+		// Straight to the waiter: the word never reads free in between.
+		l.st.Transfer(w.sess.Slot(), w.tid)
+		l.holder = w.sess
+		w.sess.hold(l)
 		l.waiters.grant(w)
 		return
 	}
-	l.held, l.owner, l.tid = false, nil, 0
+	l.st.Free()
 }
 
 // Release frees the lock; releasing an unlocked lock is ErrNotOwner.
 func (l *Lock) Release(s *Session, tid int64) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.held {
+	if l.st.Owner() == 0 {
 		return fmt.Errorf("%w: release of an unlocked lock", ErrNotOwner)
 	}
 	l.handOn()
 	return nil
 }
 
-// Locked reports whether the lock is held.
-func (l *Lock) Locked() bool {
+func (l *Lock) undo(g *Grant) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.held
+	if l.st.Owner() == g.sess.Slot() {
+		l.handOn()
+	}
 }
+
+// Locked reports whether the lock is held.
+func (l *Lock) Locked() bool { return l.st.Owner() != 0 }
 
 func (l *Lock) releaseSession(s *Session) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.held && l.owner == s {
+	if l.st.Owner() == s.Slot() {
 		l.handOn()
 	}
 }
@@ -90,10 +120,10 @@ func (l *Lock) releaseSession(s *Session) {
 func (l *Lock) Describe() (string, int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.held {
+	if l.st.Owner() == 0 {
 		return "unlocked", l.waiters.len()
 	}
-	return fmt.Sprintf("locked by session %d thread %d", l.owner.ID, l.tid), l.waiters.len()
+	return fmt.Sprintf("locked by %s thread %d", describeOwner(l.holder, l.st.Owner()), int64(l.st.TID.Load())), l.waiters.len()
 }
 
 func (l *Lock) fail(err error) {
@@ -103,79 +133,115 @@ func (l *Lock) fail(err error) {
 	l.waiters.failAll(err)
 }
 
-// RLock is a reentrant lock owned by a (session, thread) pair, as
-// threading.RLock.
+// RLock is a reentrant lock owned by a (session slot, thread) pair, as
+// threading.RLock. Its state is an RLockState.
 type RLock struct {
 	base
-	owner   *Session
-	tid     int64
-	count   int64
+	st      RLockState
+	holder  *Session // accounting only
 	waiters waitQueue
 }
 
-func newRLock(name string) *RLock { return &RLock{base: base{name: name}} }
+func newRLock(name string) *RLock {
+	r := &RLock{base: base{name: name}}
+	r.waiters.word = &r.st.W0
+	return r
+}
 
 // Kind implements Object.
 func (r *RLock) Kind() Kind { return KindRLock }
 
-// Acquire takes the lock for (s, tid), nesting when that pair owns it.
-func (r *RLock) Acquire(ctx context.Context, s *Session, tid int64, block bool, timeout time.Duration) (bool, error) {
+// State returns the lock's state words.
+func (r *RLock) State() *RLockState { return &r.st }
+
+// AcquireGrant takes the lock for (s, tid), nesting when that pair owns
+// it. Undoing the grant releases the one level it took.
+func (r *RLock) AcquireGrant(ctx context.Context, s *Session, tid int64, block bool, timeout time.Duration) (Grant, error) {
 	r.mu.Lock()
 	if r.dead != nil {
 		r.mu.Unlock()
-		return false, r.dead
+		return Grant{}, r.dead
 	}
-	if r.count == 0 {
+	slot, otid, depth := r.st.Owner()
+	switch {
+	case depth == 0:
 		r.take(s, tid, 1)
+	case slot == s.Slot() && otid == tid:
+		r.st.Set(slot, tid, depth+1)
+	case !block || timeout == 0:
 		r.mu.Unlock()
-		return true, nil
+		return Grant{}, nil
+	default:
+		w := newWaiter(s, tid)
+		r.waiters.push(w)
+		ok, err := r.park(ctx, &r.waiters, w, timeout)
+		if !ok {
+			return Grant{}, err
+		}
+		return Grant{obj: r, sess: s, tid: tid, ok: true}, nil
 	}
-	if r.owner == s && r.tid == tid {
-		r.count++
-		r.mu.Unlock()
-		return true, nil
-	}
-	if !block {
-		r.mu.Unlock()
-		return false, nil
-	}
-	w := newWaiter(s, tid)
-	r.waiters.push(w)
-	return r.park(ctx, &r.waiters, w, timeout)
+	r.mu.Unlock()
+	return Grant{obj: r, sess: s, tid: tid, ok: true}, nil
+}
+
+// Acquire is AcquireGrant committed at once.
+func (r *RLock) Acquire(ctx context.Context, s *Session, tid int64, block bool, timeout time.Duration) (bool, error) {
+	g, err := r.AcquireGrant(ctx, s, tid, block, timeout)
+	g.Commit()
+	return g.OK(), err
 }
 
 func (r *RLock) take(s *Session, tid int64, n int64) {
-	r.owner, r.tid, r.count = s, tid, n
+	r.st.Set(s.Slot(), tid, n)
+	r.holder = s
 	s.hold(r)
 }
 
 func (r *RLock) handOn() {
-	r.owner.unhold(r)
+	r.holder.unhold(r)
+	r.holder = nil
 	if w := r.waiters.front(); w != nil {
-		r.take(w.sess, w.tid, 1)
+		r.take(w.sess, w.tid, 1) // straight to the waiter
 		r.waiters.grant(w)
 		return
 	}
-	r.owner, r.tid, r.count = nil, 0, 0
+	r.st.Set(0, 0, 0)
 }
 
 // Release undoes one Acquire by (s, tid); anyone else gets ErrNotOwner.
 func (r *RLock) Release(s *Session, tid int64) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.count == 0 || r.owner != s || r.tid != tid {
+	if !r.releaseOne(s.Slot(), tid) {
 		return fmt.Errorf("%w: cannot release un-acquired rlock", ErrNotOwner)
 	}
-	if r.count--; r.count == 0 {
-		r.handOn()
-	}
 	return nil
+}
+
+// releaseOne drops one level held by (slot, tid); false if it holds none.
+func (r *RLock) releaseOne(slot Slot, tid int64) bool {
+	oslot, otid, depth := r.st.Owner()
+	if depth == 0 || oslot != slot || otid != tid {
+		return false
+	}
+	if depth == 1 {
+		r.handOn()
+	} else {
+		r.st.Set(oslot, otid, depth-1)
+	}
+	return true
+}
+
+func (r *RLock) undo(g *Grant) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.releaseOne(g.sess.Slot(), g.tid)
 }
 
 func (r *RLock) releaseSession(s *Session) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.count > 0 && r.owner == s {
+	if slot, _, depth := r.st.Owner(); depth > 0 && slot == s.Slot() {
 		r.handOn()
 	}
 }
@@ -184,10 +250,11 @@ func (r *RLock) releaseSession(s *Session) {
 func (r *RLock) Describe() (string, int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.count == 0 {
+	slot, tid, depth := r.st.Owner()
+	if depth == 0 {
 		return "unlocked", r.waiters.len()
 	}
-	return fmt.Sprintf("locked by session %d thread %d, depth %d", r.owner.ID, r.tid, r.count), r.waiters.len()
+	return fmt.Sprintf("locked by %s thread %d, depth %d", describeOwner(r.holder, slot), tid, depth), r.waiters.len()
 }
 
 func (r *RLock) fail(err error) {
@@ -195,4 +262,13 @@ func (r *RLock) fail(err error) {
 	defer r.mu.Unlock()
 	r.dead = err
 	r.waiters.failAll(err)
+}
+
+// describeOwner names a holder for status listings: by session id when the
+// daemon recorded the holder, by slot otherwise (a word set from outside).
+func describeOwner(holder *Session, slot Slot) string {
+	if holder != nil && holder.Slot() == slot {
+		return fmt.Sprintf("session %d", holder.ID)
+	}
+	return fmt.Sprintf("slot %d", slot)
 }

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/syncmgr/syncmgr/wire"
 )
 
 // Kind names a type of shared object; the strings are the wire names.
@@ -14,19 +16,19 @@ type Kind string
 
 // The kinds of objects.
 const (
-	KindLock             Kind = "lock"
-	KindRLock            Kind = "rlock"
-	KindSemaphore        Kind = "semaphore"
-	KindBoundedSemaphore Kind = "bounded_semaphore"
-	KindEvent            Kind = "event"
-	KindValue            Kind = "value"
-	KindQueue            Kind = "queue"
-	KindJoinableQueue    Kind = "joinable_queue"
-	KindCondition        Kind = "condition"
-	KindBarrier          Kind = "barrier"
-	KindDict             Kind = "dict"
-	KindList             Kind = "list"
-	KindNamespace        Kind = "namespace"
+	KindLock             Kind = wire.KindLock
+	KindRLock            Kind = wire.KindRLock
+	KindSemaphore        Kind = wire.KindSemaphore
+	KindBoundedSemaphore Kind = wire.KindBoundedSemaphore
+	KindEvent            Kind = wire.KindEvent
+	KindValue            Kind = wire.KindValue
+	KindQueue            Kind = wire.KindQueue
+	KindJoinableQueue    Kind = wire.KindJoinableQueue
+	KindCondition        Kind = wire.KindCondition
+	KindBarrier          Kind = wire.KindBarrier
+	KindDict             Kind = wire.KindDict
+	KindList             Kind = wire.KindList
+	KindNamespace        Kind = wire.KindNamespace
 )
 
 // Object is implemented by every shared object.
@@ -89,6 +91,8 @@ type entry struct {
 type Manager struct {
 	cfg Config
 
+	slots *Slots
+
 	mu       sync.RWMutex
 	objects  map[string]*entry
 	sessions map[uint64]*Session
@@ -99,16 +103,22 @@ type Manager struct {
 
 // New returns an empty manager.
 func New(cfg Config) *Manager {
-	return &Manager{cfg: cfg, objects: make(map[string]*entry), sessions: make(map[uint64]*Session), byKey: make(map[string]*Session)}
+	return &Manager{cfg: cfg, slots: NewSlots(), objects: make(map[string]*entry), sessions: make(map[uint64]*Session), byKey: make(map[string]*Session)}
 }
 
+// Slots returns the manager's slot allocator.
+func (m *Manager) Slots() *Slots { return m.slots }
+
 // Session is one client: a process with one or more connections. What it
-// holds is released when its last connection closes.
+// holds is released when its last connection closes. Objects name their
+// owners by the session's Slot; ID is the never-reused id shown in status
+// listings.
 type Session struct {
 	ID    uint64
 	PID   int
 	Label string
 	key   string
+	slot  Slot
 
 	// guarded by Manager.mu
 	conns   int
@@ -118,11 +128,38 @@ type Session struct {
 
 	mu    sync.Mutex // leaf lock: taken inside object mutexes
 	holds map[holder]int
+	onEnd []func()      // guarded by mu; nil once the session ended
 	done  chan struct{} // closed when the session ends
 }
 
 // Done is closed when the session has ended and released what it held.
 func (s *Session) Done() <-chan struct{} { return s.done }
+
+// Slot returns the session's slot id, the owner id objects record.
+func (s *Session) Slot() Slot {
+	if s == nil {
+		return 0
+	}
+	return s.slot
+}
+
+// OnEnd registers fn to run when the session ends, after its holds have
+// been released, in reverse order of registration. It reports false (and
+// does not run fn) when the session has already ended. This is where a
+// transport hangs its clean-up (shared-memory attachments, words naming the
+// slot) instead of watching Done from goroutines of its own.
+func (s *Session) OnEnd(fn func()) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.hooksRan() {
+		return false
+	}
+	s.onEnd = append(s.onEnd, fn)
+	return true
+}
+
+// hooksRan reports whether the end hooks have run; call with s.mu held.
+func (s *Session) hooksRan() bool { return s.onEnd == nil }
 
 func (s *Session) hold(h holder) {
 	if s == nil {
@@ -169,9 +206,13 @@ func (m *Manager) OpenSession(key []byte, pid int, label string) (*Session, erro
 			return s, nil
 		}
 	}
+	slot, ok := m.slots.alloc()
+	if !ok {
+		return nil, fmt.Errorf("%w: no free session slot", ErrLimit)
+	}
 	m.nextID++
-	s := &Session{ID: m.nextID, PID: pid, Label: label, key: string(key), conns: 1,
-		refs: make(map[string]int), holds: make(map[holder]int), done: make(chan struct{})}
+	s := &Session{ID: m.nextID, PID: pid, Label: label, key: string(key), slot: slot, conns: 1,
+		refs: make(map[string]int), holds: make(map[holder]int), onEnd: []func(){}, done: make(chan struct{})}
 	m.sessions[s.ID] = s
 	if len(key) > 0 {
 		m.byKey[s.key] = s
@@ -180,8 +221,10 @@ func (m *Manager) OpenSession(key []byte, pid int, label string) (*Session, erro
 }
 
 // CloseSession unregisters a connection of s. When it was the last one the
-// session ends: its holdings are released and its references dropped.
-// Callers must have finished every blocking call made for that connection.
+// session ends: its references are dropped, its holdings released, its end
+// hooks run (see OnEnd), Done is closed, and its slot is freed for reuse
+// once nothing pins it (see Slots.Pin). Callers must have finished every
+// blocking call made for that connection.
 func (m *Manager) CloseSession(s *Session) {
 	m.mu.Lock()
 	s.conns--
@@ -218,7 +261,15 @@ func (m *Manager) CloseSession(s *Session) {
 	for _, h := range hs {
 		h.releaseSession(s)
 	}
+	s.mu.Lock()
+	hooks := s.onEnd
+	s.onEnd = nil
+	s.mu.Unlock()
+	for i := len(hooks) - 1; i >= 0; i-- {
+		hooks[i]()
+	}
 	close(s.done)
+	m.slots.unpin(s.slot) // the session's own pin: a hook may hold another
 }
 
 // maybeCollectLocked deletes an anonymous entry nobody references, or starts
@@ -359,7 +410,7 @@ func (m *Manager) newObject(kind Kind, name string, p Params) (Object, error) {
 	case KindList:
 		return newList(name), nil
 	default:
-		return nil, fmt.Errorf("%w: unknown kind %q", ErrValue, kind)
+		return nil, fmt.Errorf("%w %q", ErrUnknownKind, kind)
 	}
 }
 

@@ -103,9 +103,24 @@ func (q *Queue) popFront() []byte {
 	return item
 }
 
-// Put appends item, waiting for room when the queue is full. It fails with
-// ErrFull when there is no room in time (or at once with block false).
+// Put is PutGrant committed at once.
 func (q *Queue) Put(ctx context.Context, item []byte, block bool, timeout time.Duration) error {
+	_, err := q.PutGrant(ctx, item, block, timeout)
+	return err
+}
+
+// PutGrant appends item, waiting for room when the queue is full. It fails
+// with ErrFull when there is no room in time (or at once with block false).
+// A put is public as soon as it is made (a getter may take the item at
+// once), so its grant has nothing to undo.
+func (q *Queue) PutGrant(ctx context.Context, item []byte, block bool, timeout time.Duration) (Grant, error) {
+	if err := q.put(ctx, item, block, timeout); err != nil {
+		return Grant{}, err
+	}
+	return Grant{ok: true}, nil
+}
+
+func (q *Queue) put(ctx context.Context, item []byte, block bool, timeout time.Duration) error {
 	q.mu.Lock()
 	if q.dead != nil {
 		q.mu.Unlock()
@@ -142,9 +157,27 @@ func (q *Queue) Put(ctx context.Context, item []byte, block bool, timeout time.D
 	}
 }
 
-// Get removes and returns the first item, waiting for one when the queue is
-// empty. It fails with ErrEmpty when none comes in time.
+// Get is GetGrant committed at once.
 func (q *Queue) Get(ctx context.Context, block bool, timeout time.Duration) ([]byte, error) {
+	g, err := q.GetGrant(ctx, block, timeout)
+	g.Commit()
+	return g.Item(), err
+}
+
+// GetGrant removes the first item, waiting for one when the queue is
+// empty. It fails with ErrEmpty when none comes in time. Undoing the grant
+// puts the item back at the front (or straight to a waiting getter).
+func (q *Queue) GetGrant(ctx context.Context, block bool, timeout time.Duration) (Grant, error) {
+	item, err := q.get(ctx, block, timeout)
+	if err != nil {
+		return Grant{}, err
+	}
+	return Grant{obj: q, item: item, ok: true}, nil
+}
+
+func (q *Queue) undo(g *Grant) { _ = q.Unget(g.item) }
+
+func (q *Queue) get(ctx context.Context, block bool, timeout time.Duration) ([]byte, error) {
 	q.mu.Lock()
 	if q.dead != nil {
 		q.mu.Unlock()
@@ -183,8 +216,9 @@ func (q *Queue) admitPutter() {
 	}
 }
 
-// Unget puts an item back at the front, ignoring maxsize: it is how a caller
-// that got an item it cannot deliver gives it back.
+// Unget puts an item back at the front, ignoring maxsize. It is the undo
+// of a get (see GetGrant), and an op of its own for clients that undo a get
+// whose reply raced with their cancellation.
 func (q *Queue) Unget(item []byte) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()

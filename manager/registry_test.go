@@ -53,7 +53,7 @@ func TestRegistry(t *testing.T) {
 		if _, err := m.Lookup(KindLock, "missing"); !isErr(err, ErrNoSuchObject) {
 			t.Fatalf("lookup missing: %v", err)
 		}
-		if _, _, err := m.Create(s, "widget", "w", Params{}); !isErr(err, ErrValue) {
+		if _, _, err := m.Create(s, "widget", "w", Params{}); !isErr(err, ErrUnknownKind) {
 			t.Fatalf("unknown kind: %v", err)
 		}
 	})

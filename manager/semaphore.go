@@ -6,23 +6,36 @@ import (
 	"time"
 )
 
+// MaxSemaphore is the largest semaphore value (the state word counts units
+// in 32 bits).
+const MaxSemaphore = 1<<32 - 2
+
 // Semaphore is a counting semaphore, as threading.Semaphore, or with bounded
-// set as threading.BoundedSemaphore. Units a session acquired and did not
-// release go back when the session ends.
+// set as threading.BoundedSemaphore. Its free units are a SemState; units a
+// session acquired and did not release go back when the session ends.
 type Semaphore struct {
 	base
-	value   int64
+	st      SemState
 	initial int64
 	bounded bool
-	held    map[*Session]int64
+	held    map[Slot]semHold // units held per slot
 	waiters waitQueue
 }
 
+// semHold counts one slot's units; sess is for hold accounting only.
+type semHold struct {
+	n    int64
+	sess *Session
+}
+
 func newSemaphore(name string, value int64, bounded bool) (*Semaphore, error) {
-	if value < 0 {
-		return nil, fmt.Errorf("%w: semaphore initial value must be >= 0", ErrValue)
+	if value < 0 || value > MaxSemaphore {
+		return nil, fmt.Errorf("%w: semaphore initial value must be 0 to %d", ErrValue, int64(MaxSemaphore))
 	}
-	return &Semaphore{base: base{name: name}, value: value, initial: value, bounded: bounded, held: make(map[*Session]int64)}, nil
+	m := &Semaphore{base: base{name: name}, initial: value, bounded: bounded, held: make(map[Slot]semHold)}
+	m.st.Add(value)
+	m.waiters.word = &m.st.W0
+	return m, nil
 }
 
 // Kind implements Object.
@@ -33,61 +46,81 @@ func (m *Semaphore) Kind() Kind {
 	return KindSemaphore
 }
 
-// Acquire takes one unit for s.
-func (m *Semaphore) Acquire(ctx context.Context, s *Session, tid int64, block bool, timeout time.Duration) (bool, error) {
+// State returns the semaphore's state word.
+func (m *Semaphore) State() *SemState { return &m.st }
+
+// AcquireGrant takes one unit for s. Undoing the grant gives the unit back.
+func (m *Semaphore) AcquireGrant(ctx context.Context, s *Session, tid int64, block bool, timeout time.Duration) (Grant, error) {
 	m.mu.Lock()
 	if m.dead != nil {
 		m.mu.Unlock()
-		return false, m.dead
+		return Grant{}, m.dead
 	}
-	if m.value > 0 && m.waiters.len() == 0 {
-		m.value--
+	if m.st.Free() > 0 && m.waiters.len() == 0 {
+		m.st.Add(-1)
 		m.credit(s)
 		m.mu.Unlock()
-		return true, nil
+		return Grant{obj: m, sess: s, ok: true}, nil
 	}
-	if !block {
+	if !block || timeout == 0 {
 		m.mu.Unlock()
-		return false, nil
+		return Grant{}, nil
 	}
 	w := newWaiter(s, tid)
 	m.waiters.push(w)
-	return m.park(ctx, &m.waiters, w, timeout)
+	ok, err := m.park(ctx, &m.waiters, w, timeout)
+	if !ok {
+		return Grant{}, err
+	}
+	return Grant{obj: m, sess: s, ok: true}, nil
+}
+
+// Acquire is AcquireGrant committed at once.
+func (m *Semaphore) Acquire(ctx context.Context, s *Session, tid int64, block bool, timeout time.Duration) (bool, error) {
+	g, err := m.AcquireGrant(ctx, s, tid, block, timeout)
+	g.Commit()
+	return g.OK(), err
 }
 
 func (m *Semaphore) credit(s *Session) {
-	m.held[s]++
+	h := m.held[s.Slot()]
+	h.n++
+	h.sess = s
+	m.held[s.Slot()] = h
 	s.hold(m)
 }
 
-// debit takes one unit off s's count. A session may release a unit it did
-// not acquire (as with threading); that unit then comes off another
+// debit takes one unit off slot's count. A session may release a unit it
+// did not acquire (as with threading); that unit then comes off another
 // holder's count, or the holder's session end would give it back a second
 // time (and push a BoundedSemaphore over its bound).
-func (m *Semaphore) debit(s *Session) {
-	if m.held[s] == 0 {
-		for h := range m.held {
-			s = h
+func (m *Semaphore) debit(slot Slot) {
+	h, ok := m.held[slot]
+	if !ok {
+		for sl, oh := range m.held {
+			slot, h, ok = sl, oh, true
 			break
 		}
-		if m.held[s] == 0 {
+		if !ok {
 			return
 		}
 	}
-	if m.held[s]--; m.held[s] == 0 {
-		delete(m.held, s)
+	if h.n--; h.n == 0 {
+		delete(m.held, slot)
+	} else {
+		m.held[slot] = h
 	}
-	s.unhold(m)
+	h.sess.unhold(m)
 }
 
-// giveUnit hands one unit to the first waiter or adds it to the value.
+// giveUnit hands one unit to the first waiter or adds it to the free units.
 func (m *Semaphore) giveUnit() {
 	if w := m.waiters.front(); w != nil {
 		m.credit(w.sess)
 		m.waiters.grant(w)
 		return
 	}
-	m.value++
+	m.st.Add(1)
 }
 
 // Release returns one unit. Any session may release (as threading); a
@@ -95,26 +128,34 @@ func (m *Semaphore) giveUnit() {
 func (m *Semaphore) Release(s *Session, tid int64) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.bounded && m.waiters.len() == 0 && m.value >= m.initial {
+	if m.bounded && m.waiters.len() == 0 && m.st.Free() >= m.initial {
 		return fmt.Errorf("%w: semaphore released too many times", ErrValue)
 	}
-	m.debit(s)
+	if m.st.Free() >= MaxSemaphore {
+		return fmt.Errorf("%w: semaphore value would exceed %d", ErrValue, int64(MaxSemaphore))
+	}
+	m.debit(s.Slot())
 	m.giveUnit()
 	return nil
 }
 
-// Value returns the number of free units.
-func (m *Semaphore) Value() int64 {
+func (m *Semaphore) undo(g *Grant) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.value
+	if m.held[g.sess.Slot()].n > 0 {
+		m.debit(g.sess.Slot())
+		m.giveUnit()
+	}
 }
+
+// Value returns the number of free units.
+func (m *Semaphore) Value() int64 { return m.st.Free() }
 
 func (m *Semaphore) releaseSession(s *Session) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for n := m.held[s]; n > 0; n-- {
-		m.debit(s)
+	for n := m.held[s.Slot()].n; n > 0; n-- {
+		m.debit(s.Slot())
 		m.giveUnit()
 	}
 }
@@ -123,7 +164,7 @@ func (m *Semaphore) releaseSession(s *Session) {
 func (m *Semaphore) Describe() (string, int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return fmt.Sprintf("value %d of %d", m.value, m.initial), m.waiters.len()
+	return fmt.Sprintf("value %d of %d", m.st.Free(), m.initial), m.waiters.len()
 }
 
 func (m *Semaphore) fail(err error) {

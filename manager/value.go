@@ -23,11 +23,49 @@ var typecodes = map[string]typecode{
 // Value is a single typed value, as multiprocessing's Value, with atomic add
 // and compare-and-set for numeric typecodes. It holds int64, uint64, float64,
 // bool or []byte according to its typecode.
+//
+// A numeric value (every typecode but 'c' and 'O') lives in a ValueCell;
+// the op semantics read and write it through load and store. The decoded
+// value is cached with the cell's sequence number, so a read allocates
+// nothing unless the cell changed underneath (a fast-path writer).
 type Value struct {
 	base
-	code string
-	tc   typecode
-	v    any
+	code     string
+	tc       typecode
+	cell     ValueCell
+	cache    any    // the value; for 'c' and 'O' the only copy
+	cacheSeq uint64 // the cell's sequence number cache was read at
+}
+
+// numeric reports whether the value lives in the cell.
+func (v *Value) numeric() bool { return v.tc.class != 'c' && v.tc.class != 'O' }
+
+// Cell returns the value cell of a numeric Value, or nil.
+func (v *Value) Cell() *ValueCell {
+	if !v.numeric() {
+		return nil
+	}
+	return &v.cell
+}
+
+// load returns the current value; call with v.mu held.
+func (v *Value) load() any {
+	if !v.numeric() {
+		return v.cache
+	}
+	bits, seq := v.cell.Read()
+	if seq != v.cacheSeq {
+		v.cache, v.cacheSeq = fromBits(v.tc.class, bits), seq
+	}
+	return v.cache
+}
+
+// store replaces the value (in canonical form); call with v.mu held.
+func (v *Value) store(x any) {
+	if v.numeric() {
+		v.cacheSeq = v.cell.Write(toBits(v.tc.class, x))
+	}
+	v.cache = x
 }
 
 func newValue(name, code string, initial any) (*Value, error) {
@@ -43,7 +81,7 @@ func newValue(name, code string, initial any) (*Value, error) {
 	if err != nil {
 		return nil, err
 	}
-	v.v = c
+	v.store(c)
 	return v, nil
 }
 
@@ -161,7 +199,7 @@ func (v *Value) typeErr(x any) error {
 func (v *Value) Get() any {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	return v.v
+	return v.load()
 }
 
 // Set replaces the value.
@@ -171,7 +209,7 @@ func (v *Value) Set(x any) error {
 		return err
 	}
 	v.mu.Lock()
-	v.v = c
+	v.store(c)
 	v.mu.Unlock()
 	return nil
 }
@@ -194,11 +232,11 @@ func (v *Value) Add(delta any) (any, error) {
 		}
 		var cur uint64
 		if v.tc.class == 'i' {
-			cur = uint64(v.v.(int64))
+			cur = uint64(v.load().(int64))
 		} else {
-			cur = v.v.(uint64)
+			cur = v.load().(uint64)
 		}
-		v.v = v.wrap(cur + d)
+		v.store(v.wrap(cur + d))
 	case 'f':
 		var d float64
 		switch t := delta.(type) {
@@ -211,15 +249,15 @@ func (v *Value) Add(delta any) (any, error) {
 		default:
 			return nil, fmt.Errorf("%w: delta must be a number", ErrType)
 		}
-		f := v.v.(float64) + d
+		f := v.load().(float64) + d
 		if v.tc.bits == 32 {
 			f = float64(float32(f))
 		}
-		v.v = f
+		v.store(f)
 	default:
 		return nil, fmt.Errorf("%w: add needs an integer or float typecode, not %q", ErrType, v.code)
 	}
-	return v.v, nil
+	return v.load(), nil
 }
 
 // wrap truncates n to the typecode's width and sign-extends signed codes.
@@ -247,10 +285,10 @@ func (v *Value) CompareAndSet(expected, next any) (bool, error) {
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if !equal(v.v, e) {
+	if !equal(v.load(), e) {
 		return false, nil
 	}
-	v.v = n
+	v.store(n)
 	return true, nil
 }
 
@@ -266,10 +304,10 @@ func equal(a, b any) bool {
 func (v *Value) Describe() (string, int) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if b, ok := v.v.([]byte); ok && v.tc.class == 'O' {
+	if b, ok := v.load().([]byte); ok && v.tc.class == 'O' {
 		return fmt.Sprintf("%s: %d bytes", v.code, len(b)), 0
 	}
-	return fmt.Sprintf("%s: %v", v.code, v.v), 0
+	return fmt.Sprintf("%s: %v", v.code, v.load()), 0
 }
 
 func (v *Value) fail(err error) {

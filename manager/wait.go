@@ -27,10 +27,20 @@ func newWaiter(s *Session, tid int64) *waiter {
 }
 
 // waitQueue is a FIFO of waiters; every method needs the object's mutex.
-type waitQueue struct{ l list.List }
+// When word is set, its waiters bit says whether the queue is non-empty,
+// so that a fast-path client knows to go through the daemon.
+type waitQueue struct {
+	l    list.List
+	word *Word
+}
 
-func (q *waitQueue) push(w *waiter) { w.elem = q.l.PushBack(w) }
-func (q *waitQueue) len() int       { return q.l.Len() }
+func (q *waitQueue) push(w *waiter) {
+	w.elem = q.l.PushBack(w)
+	if q.word != nil && q.l.Len() == 1 {
+		q.word.setWaiters(true)
+	}
+}
+func (q *waitQueue) len() int { return q.l.Len() }
 
 func (q *waitQueue) front() *waiter {
 	if e := q.l.Front(); e != nil {
@@ -46,6 +56,9 @@ func (q *waitQueue) remove(w *waiter) bool {
 	}
 	q.l.Remove(w.elem)
 	w.elem = nil
+	if q.word != nil && q.l.Len() == 0 {
+		q.word.setWaiters(false)
+	}
 	return true
 }
 

@@ -15,18 +15,37 @@ import (
 	"github.com/syncmgr/syncmgr/wire"
 )
 
-// Errors returned by the client. Server errors are *wire.Error values; test
-// them with errors.Is against these.
+// Errors returned by the client. Errors the daemon answered are *wire.Error
+// values (test them with errors.Is against the *wire.Error sentinels below,
+// which compare codes); errors of the connection itself are ErrClosed and
+// ErrConnectionLost, which no daemon answer ever is.
 var (
-	ErrClosed       = errors.New("syncmgr: client closed")
+	// ErrClosed: Close was called on the client.
+	ErrClosed = errors.New("syncmgr: client closed")
+	// ErrConnectionLost: the connection failed (read or write error, EOF,
+	// a reply that could not be decoded, or the daemon ended it). What the
+	// client held is released by the daemon.
+	ErrConnectionLost = errors.New("syncmgr: connection lost")
+
 	ErrEmpty        = &wire.Error{Code: wire.CodeEmpty}
 	ErrFull         = &wire.Error{Code: wire.CodeFull}
 	ErrNotOwner     = &wire.Error{Code: wire.CodeNotOwner}
 	ErrKindMismatch = &wire.Error{Code: wire.CodeKindMismatch}
 	ErrNoSuchObject = &wire.Error{Code: wire.CodeNoSuchObject}
 	ErrShutdown     = &wire.Error{Code: wire.CodeShutdown}
+	ErrTooLarge     = &wire.Error{Code: wire.CodeTooLarge}
+	ErrBroken       = &wire.Error{Code: wire.CodeBroken}
+	ErrDeleted      = &wire.Error{Code: wire.CodeDeleted}
+	ErrCancelled    = &wire.Error{Code: wire.CodeCancelled}
 	ErrAuthFailed   = auth.ErrAuthFailed
 )
+
+// outcome is what a pending call receives: the daemon's reply, or the
+// connection's error.
+type outcome struct {
+	rep wire.Reply
+	err error
+}
 
 // Option configures Dial.
 type Option func(*options)
@@ -55,7 +74,7 @@ type Client struct {
 	wmu sync.Mutex
 
 	mu      sync.Mutex
-	pending map[uint64]chan wire.Reply
+	pending map[uint64]chan outcome
 	nextID  uint64
 	err     error // set once the connection is dead
 	done    chan struct{}
@@ -110,7 +129,7 @@ func Dial(ctx context.Context, address string, key []byte, opts ...Option) (*Cli
 		return nil, fmt.Errorf("handshake with %s: %w", address, err)
 	}
 	_ = nc.SetDeadline(time.Time{})
-	c := &Client{nc: nc, info: info, pending: make(map[uint64]chan wire.Reply), done: make(chan struct{})}
+	c := &Client{nc: nc, info: info, pending: make(map[uint64]chan outcome), done: make(chan struct{})}
 	go c.readLoop()
 	return c, nil
 }
@@ -140,7 +159,7 @@ func (c *Client) fail(err error) {
 	c.nc.Close()
 	close(c.done)
 	for _, ch := range pending {
-		ch <- wire.Reply{Err: &wire.Error{Code: "connection", Message: err.Error()}}
+		ch <- outcome{err: err}
 	}
 }
 
@@ -148,17 +167,17 @@ func (c *Client) readLoop() {
 	for {
 		body, err := wire.ReadFrame(c.nc, c.info.MaxFrame+1024)
 		if err != nil {
-			c.fail(fmt.Errorf("syncmgr: connection lost: %w", err))
+			c.fail(fmt.Errorf("%w: %w", ErrConnectionLost, err))
 			return
 		}
 		rep, err := wire.DecodeReply(body)
 		if err != nil {
-			c.fail(fmt.Errorf("syncmgr: bad reply: %w", err))
+			c.fail(fmt.Errorf("%w: bad reply: %w", ErrConnectionLost, err))
 			return
 		}
 		if rep.ID == 0 {
 			if rep.Err != nil {
-				c.fail(fmt.Errorf("syncmgr: server closed the connection: %w", rep.Err))
+				c.fail(fmt.Errorf("%w: the daemon ended the connection: %w", ErrConnectionLost, rep.Err))
 				return
 			}
 			continue
@@ -168,7 +187,7 @@ func (c *Client) readLoop() {
 		delete(c.pending, rep.ID)
 		c.mu.Unlock()
 		if ch != nil {
-			ch <- rep
+			ch <- outcome{rep: rep}
 		}
 	}
 }
@@ -179,12 +198,12 @@ func (c *Client) send(id uint64, op string, args map[string]any) error {
 		return fmt.Errorf("encode %s: %w", op, err)
 	}
 	if uint32(len(frame)-wire.HeaderSize) > c.info.MaxFrame {
-		return &wire.Error{Code: wire.CodeTooLarge, Message: fmt.Sprintf("request of %d bytes is over the server's limit of %d", len(frame), c.info.MaxFrame)}
+		return &wire.Error{Code: wire.CodeTooLarge, Message: fmt.Sprintf("request of %d bytes is over the server's limit of %d", len(frame)-wire.HeaderSize, c.info.MaxFrame)}
 	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if _, err := c.nc.Write(frame); err != nil {
-		c.fail(fmt.Errorf("syncmgr: connection lost: %w", err))
+		c.fail(fmt.Errorf("%w: %w", ErrConnectionLost, err))
 		return c.deadErr()
 	}
 	return nil
@@ -197,10 +216,14 @@ func (c *Client) deadErr() error {
 }
 
 // Call sends a raw request and waits for its reply. When ctx ends first the
-// request is cancelled on the server; undo, if not nil, receives a result
-// that raced in so the caller can give it back.
+// request is cancelled on the server and Call waits for the answer, which
+// is either "cancelled" or a result that raced in. A result that raced in is
+// handed to undo, when not nil, and Call returns ctx's error: the caller
+// sees an error and nothing happened. Without an undo (ops whose effect is
+// public at once: put, barrier and condition waits) the result is returned
+// as if ctx had not ended, since an error would misreport what happened.
 func (c *Client) Call(ctx context.Context, op string, args map[string]any, undo func(any)) (any, error) {
-	ch := make(chan wire.Reply, 1)
+	ch := make(chan outcome, 1)
 	c.mu.Lock()
 	if c.err != nil {
 		c.mu.Unlock()
@@ -219,31 +242,35 @@ func (c *Client) Call(ctx context.Context, op string, args map[string]any, undo 
 		return nil, err
 	}
 	select {
-	case rep := <-ch:
-		return result(rep)
+	case o := <-ch:
+		return result(o)
 	case <-ctx.Done():
 	}
-	// Cancel on the server and wait for the answer, which is either
-	// "cancelled" or a result that raced in.
-	_ = c.send(0, "cancel", map[string]any{"id": id})
-	select {
-	case rep := <-ch:
-		if res, err := result(rep); err == nil && undo != nil {
-			undo(res)
+	_ = c.send(0, wire.OpCancel, map[string]any{wire.ArgID: id})
+	o := <-ch // the reply, or the connection's error: fail answers every pending call
+	res, err := result(o)
+	switch {
+	case err != nil:
+		if o.err != nil {
+			return nil, err
 		}
-	case <-c.done:
+		return nil, ctx.Err()
+	case undo != nil:
+		undo(res)
+		return nil, ctx.Err()
+	default:
+		return res, nil
 	}
-	return nil, ctx.Err()
 }
 
-func result(rep wire.Reply) (any, error) {
-	if rep.Err != nil {
-		if rep.Err.Code == "connection" {
-			return nil, errors.New(rep.Err.Message)
-		}
-		return nil, rep.Err
+func result(o outcome) (any, error) {
+	if o.err != nil {
+		return nil, o.err
 	}
-	return rep.Result, nil
+	if o.rep.Err != nil {
+		return nil, o.rep.Err
+	}
+	return o.rep.Result, nil
 }
 
 // Notify sends a request that gets no reply (incref, decref, share).
@@ -256,20 +283,20 @@ func (c *Client) Notify(op string, args map[string]any) error {
 
 // Ping makes one round trip.
 func (c *Client) Ping(ctx context.Context) error {
-	_, err := c.Call(ctx, "ping", nil, nil)
+	_, err := c.Call(ctx, wire.OpPing, nil, nil)
 	return err
 }
 
 // Delete removes a named object; it reports whether it existed.
 func (c *Client) Delete(ctx context.Context, name string) (bool, error) {
-	res, err := c.Call(ctx, "delete", map[string]any{"name": name}, nil)
+	res, err := c.Call(ctx, wire.OpDelete, map[string]any{wire.ArgName: name}, nil)
 	b, _ := res.(bool)
 	return b, err
 }
 
 // Status returns the server's status listing as decoded MessagePack.
 func (c *Client) Status(ctx context.Context) (map[string]any, error) {
-	res, err := c.Call(ctx, "status", nil, nil)
+	res, err := c.Call(ctx, wire.OpStatus, nil, nil)
 	if err != nil {
 		return nil, err
 	}

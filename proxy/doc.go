@@ -3,10 +3,25 @@
 // A Client is one authenticated connection (and one session: what it holds
 // is released if it disconnects). It is safe for concurrent use: requests are
 // multiplexed by id, so a goroutine blocked in Lock.Acquire does not stall
-// the others. Every call that can block takes a context.Context; when the
-// context ends the client cancels the request on the server and, if the
-// grant raced in first, gives it back, so a cancelled call never leaves a
-// lock taken or an item consumed.
+// the others. Handles are split by family as the daemon's ops are: sync.go
+// (Lock, RLock, Semaphore, BoundedSemaphore, Event, Value, Condition,
+// Barrier), queue.go (Queue, JoinableQueue), containers.go (dict, list);
+// op, kind and argument names come from package wire.
+//
+// An error means no effect. Every call that can block takes a
+// context.Context; a deadline is also sent as the op's timeout, so the
+// daemon ends the wait itself. When the context ends first the client
+// cancels the request on the daemon and waits for its answer. If a result
+// raced in, a call that can undo it (acquire: release; get: unget) does so
+// and returns the context's error; a call whose effect is public at once
+// (Queue.Put, Barrier.Wait, Condition.Wait) returns that result instead, so
+// it never reports an error for something that happened. Condition.Wait
+// that returns nil holds the lock again (notified or timed out); one that
+// returns an error does not hold it.
+//
+// Errors the daemon answered are *wire.Error values, matched with errors.Is
+// against ErrEmpty, ErrFull, ErrNotOwner, ... (which compare codes); a dead
+// connection is ErrConnectionLost (or ErrClosed after Close).
 //
 //	c, err := proxy.Dial(ctx, "/run/user/1000/syncmgr.sock", key)
 //	lock, err := c.Lock(ctx, "ingest")

@@ -99,10 +99,16 @@ func TestParityHandles(t *testing.T) {
 	if err := cvB.Acquire(ctx); err != nil { // possible only once A waits
 		t.Fatal(err)
 	}
-	_ = cvB.Notify(ctx, 1)
-	_ = cvB.Release(ctx)
+	if err := cvB.Notify(ctx, 1); err != nil {
+		t.Fatalf("notify: %v", err)
+	}
+	if err := cvB.Release(ctx); err != nil {
+		t.Fatalf("release after notify: %v", err)
+	}
 	if err := <-woke; err != nil {
 		t.Fatalf("condition wait: %v", err)
 	}
-	_ = cvA.Release(ctx)
+	if err := cvA.Release(ctx); err != nil { // a successful wait holds the lock again
+		t.Fatalf("release after wait: %v", err)
+	}
 }

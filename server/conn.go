@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -149,16 +150,23 @@ func (c *conn) checkPeer() error {
 func (c *conn) loop() {
 	br := bufio.NewReaderSize(c.nc, 64<<10)
 	for {
-		body, err := wire.ReadFrame(br, c.srv.cfg.MaxFrame)
+		n, err := wire.ReadHeader(br)
+		if err == nil && n > c.srv.cfg.MaxFrame {
+			err = c.skipOversized(br, n)
+			if err == nil {
+				continue
+			}
+		}
+		var body []byte
+		if err == nil {
+			body, err = wire.ReadBody(br, n)
+		}
 		if err != nil {
 			switch {
-			case errors.Is(err, wire.ErrFrameTooLarge):
-				c.log.Warn().Err(err).Msg("bad frame; closing")
-				c.writeReply(0, &wire.Error{Code: wire.CodeTooLarge, Message: err.Error()}, nil)
-			case errors.Is(err, wire.ErrEmptyFrame):
+			case errors.Is(err, wire.ErrEmptyFrame), errors.Is(err, wire.ErrMalformed):
 				c.log.Warn().Err(err).Msg("bad frame; closing")
 				c.writeReply(0, &wire.Error{Code: wire.CodeBadRequest, Message: err.Error()}, nil)
-			case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), c.ctx.Err() != nil:
+			case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed), c.ctx.Err() != nil:
 			default:
 				c.log.Debug().Err(err).Msg("read failed")
 			}
@@ -174,16 +182,71 @@ func (c *conn) loop() {
 	}
 }
 
+// skipOversized answers a frame of n bytes, over the limit, with too_large
+// and reads its body into the void, so that the stream stays in step and
+// the connection (and what its session holds) lives on. The reply names the
+// request id read from the body's first bytes; a body whose id cannot be
+// read is answered with id 0 and ends the connection (ErrMalformed).
+func (c *conn) skipOversized(br *bufio.Reader, n uint32) error {
+	head := make([]byte, min(n, wire.MaxIDPrefix))
+	if _, err := io.ReadFull(br, head); err != nil {
+		return err
+	}
+	msg := fmt.Sprintf("request of %d bytes is over the server's limit of %d (--max-frame)", n, c.srv.cfg.MaxFrame)
+	id, err := wire.PeekRequestID(head)
+	if err != nil {
+		c.writeReply(0, &wire.Error{Code: wire.CodeTooLarge, Message: msg}, nil)
+		return fmt.Errorf("%w: oversized frame without a readable request id", wire.ErrMalformed)
+	}
+	c.log.Debug().Uint32("size", n).Uint64("id", id).Msg("oversized request skipped")
+	if id != 0 {
+		if err := c.writeReply(id, &wire.Error{Code: wire.CodeTooLarge, Message: msg}, nil); err != nil {
+			return err
+		}
+	}
+	_, err = io.CopyN(io.Discard, br, int64(n)-int64(len(head)))
+	return err
+}
+
 func (c *conn) dispatch(req *wire.Request) {
 	if c.srv.closing.Load() {
 		c.reply(req.ID, nil, manager.ErrShutdown)
 		return
 	}
-	res, err := c.handle(req)
-	if err == errParked {
+	o, err := c.srv.ops.find(req)
+	if err != nil {
+		c.reply(req.ID, nil, err)
 		return
 	}
-	c.reply(req.ID, res, err)
+	if o.fn != nil {
+		res, err := o.fn(c, req.ID, req.Args)
+		c.reply(req.ID, res, err)
+		return
+	}
+	res, g, err := o.grant(c, req.ID, req.Args)
+	switch {
+	case err == errParked:
+	case err != nil:
+		c.reply(req.ID, nil, err)
+	default:
+		c.deliver(req.ID, res, g)
+	}
+}
+
+// deliver writes the reply of a granting op and commits its grant, or
+// undoes the grant when nobody is left to receive the reply or it could not
+// be written. This is the only place the socket transport commits or undoes
+// a grant: no handler writes an undo of its own.
+func (c *conn) deliver(id uint64, res any, g manager.Grant) {
+	if id == 0 { // the client asked for no reply: the effect stands
+		g.Commit()
+		return
+	}
+	if c.ctx.Err() != nil || c.writeReply(id, nil, res) != nil {
+		g.Undo()
+		return
+	}
+	g.Commit()
 }
 
 // reply answers request id; it fails when the reply could not be written.
@@ -235,10 +298,9 @@ func (c *conn) writeReply(id uint64, we *wire.Error, res any) error {
 	return nil
 }
 
-// park runs wait in a goroutine of its own and replies when it ends. If the
-// connection is gone by then, or the reply cannot be written, undo gives
-// back what wait obtained.
-func (c *conn) park(id uint64, wait func(ctx context.Context) (any, error), undo func(res any)) error {
+// park runs wait in a goroutine of its own and delivers its result when it
+// ends (see deliver): a grant nobody can receive is undone.
+func (c *conn) park(id uint64, wait waitFunc) error {
 	ctx, cancel := context.WithCancel(c.ctx)
 	c.pmu.Lock()
 	if c.draining {
@@ -258,20 +320,18 @@ func (c *conn) park(id uint64, wait func(ctx context.Context) (any, error), undo
 	c.pmu.Unlock()
 	go func() {
 		defer c.pwg.Done()
-		res, err := wait(ctx)
+		res, g, err := wait(ctx)
 		c.pmu.Lock()
 		if id != 0 {
 			delete(c.parked, id)
 		}
 		c.pmu.Unlock()
 		cancel()
-		if err != nil || undo == nil {
-			c.reply(id, res, err)
+		if err != nil {
+			c.reply(id, nil, err)
 			return
 		}
-		if c.ctx.Err() != nil || c.reply(id, res, nil) != nil {
-			undo(res) // nobody is left to receive it
-		}
+		c.deliver(id, res, g)
 	}()
 	return errParked
 }

@@ -28,14 +28,14 @@ func TestParkAfterDrainIsRefused(t *testing.T) {
 	defer c.close()
 
 	release := make(chan struct{})
-	wait := func(ctx context.Context) (any, error) {
+	wait := func(ctx context.Context) (any, manager.Grant, error) {
 		select {
 		case <-release:
 		case <-ctx.Done():
 		}
-		return nil, nil
+		return nil, manager.Grant{}, nil
 	}
-	if err := c.park(0, wait, nil); err != errParked {
+	if err := c.park(0, wait); err != errParked {
 		t.Fatalf("first park: %v", err)
 	}
 	drained := make(chan struct{})
@@ -58,7 +58,7 @@ func TestParkAfterDrainIsRefused(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if err := c.park(0, wait, nil); !errors.Is(err, manager.ErrShutdown) {
+	if err := c.park(0, wait); !errors.Is(err, manager.ErrShutdown) {
 		t.Fatalf("park during drain: %v, want ErrShutdown", err)
 	}
 	close(release)

@@ -2,10 +2,27 @@
 // Unix and TCP listeners, runs the handshake, reads frames, and maps each
 // request to package manager. It holds no object semantics of its own.
 //
+// Where an op's wire form lives: the op table (optable.go) is built once by
+// newOpTable from one function per family, each in its own file:
+// ops_admin.go (ping, create, delete, references, cancel, status),
+// ops_sync.go (Lock, RLock, Semaphore, BoundedSemaphore, Condition, Event,
+// Barrier, Value), ops_queue.go (Queue, JoinableQueue), ops_containers.go
+// (dict, Namespace, list) and ops_shm.go (shared-memory segments). A handler
+// reads its arguments and calls the manager; a granting op returns the
+// manager's Grant with its reply. errors.go is the one place Go errors
+// become wire codes.
+//
 // Each connection has one goroutine that reads and executes requests in
 // order. A request that has to wait is parked in a goroutine of its own with
-// a context derived from the connection's; when the connection ends, that
-// context is cancelled, every parked request is finished (a grant that raced
-// in is handed back), and only then is the connection's session closed, so a
-// dead client never takes a lock or a queue item.
+// a context derived from the connection's. Whether it replies at once or
+// later, a granting op's reply goes through conn.deliver, which commits the
+// grant once the reply is written and undoes it when the connection is gone
+// or the write fails (or the write deadline passes): no handler writes an
+// undo. When the connection ends, its context is cancelled, every parked
+// request is finished, and only then is the connection's session closed, so
+// a dead client never takes a lock or a queue item. Clean-up owed when a
+// session ends is registered with Session.OnEnd, not watched from here.
+//
+// A frame over --max-frame after the handshake is answered too_large under
+// its request id and skipped (conn.skipOversized); the session lives on.
 package server

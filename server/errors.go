@@ -30,6 +30,7 @@ var codes = []struct {
 	{manager.ErrBroken, wire.CodeBroken},
 	{manager.ErrIndex, wire.CodeIndexError},
 	{manager.ErrKey, wire.CodeKeyError},
+	{manager.ErrUnknownKind, wire.CodeBadRequest},
 	{shmregistry.ErrExists, wire.CodeExists},
 	{shmregistry.ErrNotFound, wire.CodeNoSuchObject},
 	{shmregistry.ErrBadName, wire.CodeBadName},
@@ -43,7 +44,9 @@ var codes = []struct {
 }
 
 // toWire maps any error to the wire error sent to the client. This is the
-// one place where Go errors become wire codes.
+// one place where Go errors become wire codes: the same mistake gets the
+// same code from every op (an unknown kind is bad_request on create as on
+// any other op; an unknown op is unknown_op).
 func toWire(err error) *wire.Error {
 	var we *wire.Error
 	if errors.As(err, &we) {

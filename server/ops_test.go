@@ -83,7 +83,7 @@ func TestEveryOp(t *testing.T) {
 		{op: "create", args: map[string]any{"kind": "lock", "name": 5}, code: wire.CodeBadRequest},
 		{op: "create", args: map[string]any{"name": "x"}, code: wire.CodeBadRequest},
 		{op: "create", args: map[string]any{"kind": 1, "name": "x"}, code: wire.CodeBadRequest},
-		{op: "create", args: obj("widget", "w"), code: wire.CodeValueError},
+		{op: "create", args: obj("widget", "w"), code: wire.CodeBadRequest},
 
 		// lock
 		{op: "acquire", args: with(L, "tid", 1), want: true},

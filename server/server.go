@@ -37,6 +37,7 @@ type Config struct {
 type Server struct {
 	cfg    Config
 	mgr    *manager.Manager
+	ops    *opTable
 	log    zerolog.Logger
 	bootID string
 	start  time.Time
@@ -78,7 +79,7 @@ func New(cfg Config, mgr *manager.Manager) (*Server, error) {
 		cfg.MaxConns = 8192
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{cfg: cfg, mgr: mgr, log: cfg.Logger, bootID: BootID(), start: time.Now(),
+	return &Server{cfg: cfg, mgr: mgr, ops: newOpTable(), log: cfg.Logger, bootID: BootID(), start: time.Now(),
 		ctx: ctx, cancel: cancel, conns: make(map[*conn]struct{})}, nil
 }
 

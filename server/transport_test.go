@@ -400,8 +400,10 @@ func TestMalformedFrames(t *testing.T) {
 			r.sendBody(append(f[wire.HeaderSize:], 0xc0))
 		}, wire.CodeBadRequest},
 		{"empty frame", func(r *rawConn) { r.nc.Write(hdr(0)) }, wire.CodeBadRequest},
+		// Over the limit with no readable request id: nothing to answer
+		// under, so the connection ends (see TestOversizedFrameSkipped).
 		{"over the limit", func(r *rawConn) { r.nc.Write(append(hdr(1025), make([]byte, 1025)...)) }, wire.CodeTooLarge},
-		{"4 GiB claimed", func(r *rawConn) { r.nc.Write(hdr(0xffffffff)) }, wire.CodeTooLarge},
+		{"4 GiB claimed", func(r *rawConn) { r.nc.Write(append(hdr(0xffffffff), make([]byte, wire.MaxIDPrefix)...)) }, wire.CodeTooLarge},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -431,6 +433,22 @@ func TestHandshakeLimits(t *testing.T) {
 		o.cfg.MaxConns = 3
 	})
 	good := ts.dial(t)
+	// The daemon counts a connection (frees its handshake slot, counts it
+	// as authenticated) just after the client's side of the handshake ends:
+	// wait for the counts, or a client could be let in or turned away early.
+	waitStat := func(key string, want int64) {
+		t.Helper()
+		for deadline := time.Now().Add(bound); ; time.Sleep(time.Millisecond) {
+			st := call(t, good, "status", nil).(map[string]any)["server"].(map[string]any)
+			if st[key] == want || st[key] == uint64(want) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s stays at %v, want %d", key, st[key], want)
+			}
+		}
+	}
+	waitStat("handshaking", 0)
 	silent := func() net.Conn {
 		nc, err := net.Dial("unix", ts.path)
 		if err != nil {
@@ -487,6 +505,7 @@ func TestHandshakeLimits(t *testing.T) {
 	ts.waitSessions(t, 1)
 	ts.dial(t)
 	ts.dial(t)
+	waitStat("connections", 3)
 	_, err := proxy.Dial(ctx, ts.path, testKey)
 	var we *wire.Error
 	if !errors.As(err, &we) || we.Code != wire.CodeLimit {

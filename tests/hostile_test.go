@@ -223,8 +223,23 @@ func hostileCases(d *daemon, good *proxy.Client) []hostileCase {
 				t.Fatalf("before the handshake: code %q", c)
 			}
 			r.closed(bound)
-			refusedAfterHandshake(t, hdr(0xffffffff), wire.CodeTooLarge)
+			// After the handshake an oversized frame is skipped and answered
+			// under its request id (TestOversizedFrameSkipped in server);
+			// one whose body does not start with a request id is refused.
+			refusedAfterHandshake(t, append(hdr(0xffffffff), make([]byte, wire.MaxIDPrefix)...), wire.CodeTooLarge)
 			refusedAfterHandshake(t, append(hdr(maxFrame+1), make([]byte, 100)...), wire.CodeTooLarge)
+
+			// A well-formed request over the limit: answered under its id,
+			// skipped, and the connection goes on.
+			r2 := d.raw(t)
+			r2.send(7, "ping", map[string]any{"pad": make([]byte, maxFrame+100)})
+			if rep := r2.recv(); rep.ID != 7 || rep.Err == nil || rep.Err.Code != wire.CodeTooLarge {
+				t.Fatalf("oversized ping: %+v, want too_large for id 7", rep)
+			}
+			r2.send(8, "ping", nil)
+			if rep := r2.recv(); rep.ID != 8 || rep.Err != nil {
+				t.Fatalf("ping after the oversized frame: %+v", rep)
+			}
 		}},
 		{"msgpack claiming 2 GiB", func(t *testing.T) {
 			// Before the handshake: the auth message's nonce claims 2 GiB.

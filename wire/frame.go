@@ -19,20 +19,37 @@ const HandshakeMaxFrame = 4 << 10
 
 // ReadFrame reads one frame from r and returns its body. The length is
 // checked against max before anything is allocated, so a peer that claims a
-// 4 GiB frame costs nothing. A returned ErrFrameTooLarge or ErrEmptyFrame
-// leaves the stream unusable.
+// 4 GiB frame costs nothing. A returned ErrFrameTooLarge leaves the body
+// unread (a reader that wants to go on skips it, as the daemon does); after
+// ErrEmptyFrame the stream is unusable.
 func ReadFrame(r io.Reader, max uint32) ([]byte, error) {
-	var hdr [HeaderSize]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+	n, err := ReadHeader(r)
+	if err != nil {
 		return nil, err
-	}
-	n := binary.BigEndian.Uint32(hdr[:])
-	if n == 0 {
-		return nil, ErrEmptyFrame
 	}
 	if n > max {
 		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrFrameTooLarge, n, max)
 	}
+	return ReadBody(r, n)
+}
+
+// ReadHeader reads a frame header and returns the body length, which is
+// never 0 (ErrEmptyFrame).
+func ReadHeader(r io.Reader) (uint32, error) {
+	var hdr [HeaderSize]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return 0, err
+	}
+	n := binary.BigEndian.Uint32(hdr[:])
+	if n == 0 {
+		return 0, ErrEmptyFrame
+	}
+	return n, nil
+}
+
+// ReadBody reads a frame body of n bytes; the caller has checked n against
+// its limit.
+func ReadBody(r io.Reader, n uint32) ([]byte, error) {
 	body := make([]byte, n)
 	if _, err := io.ReadFull(r, body); err != nil {
 		if err == io.EOF {

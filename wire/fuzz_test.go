@@ -29,6 +29,7 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte{0x93, 0x01, 0xa4, 'p', 'i', 'n', 'g', 0x80, 0x00})
 	f.Add(bytes.Repeat([]byte{0x91}, 1000))
+	f.Add([]byte{0xdc, 0x00, 0x03, 0xcf, 0xff, 0, 0, 0, 0, 0, 0, 0x01, 0xa4, 'p', 'i', 'n', 'g', 0x80}) // array16, uint64 id
 	f.Fuzz(func(t *testing.T, b []byte) {
 		req, err := DecodeRequest(b)
 		if err != nil {
@@ -36,6 +37,11 @@ func FuzzDecodeRequest(f *testing.F) {
 				t.Fatalf("error does not wrap ErrMalformed: %v", err)
 			}
 			return
+		}
+		// The id the daemon answers an oversized frame under is the one the
+		// full decoder reads, from the first MaxIDPrefix bytes alone.
+		if id, err := PeekRequestID(b[:min(len(b), MaxIDPrefix)]); err != nil || id != req.ID {
+			t.Fatalf("PeekRequestID: %d, %v; DecodeRequest: %d", id, err, req.ID)
 		}
 		if len(req.Args) > MaxArgs {
 			t.Fatalf("%d args accepted", len(req.Args))

@@ -69,6 +69,30 @@ func DecodeRequest(body []byte) (Request, error) {
 	return req, nil
 }
 
+// MaxIDPrefix is how many bytes of a request body PeekRequestID needs: the
+// array header (at most 5 bytes) and the largest id (9 bytes).
+const MaxIDPrefix = 14
+
+// PeekRequestID reads the request id from the first bytes of a request
+// body (at most MaxIDPrefix), without the rest: the daemon answers a frame
+// it will not read (too large) under the id the client is waiting on.
+func PeekRequestID(prefix []byte) (uint64, error) {
+	if len(prefix) == 0 {
+		return 0, fmt.Errorf("%w: empty request", ErrMalformed)
+	}
+	dec := decoderPool.Get().(*msgpack.Decoder)
+	defer decoderPool.Put(dec)
+	dec.Reset(bytes.NewReader(prefix))
+	if n, err := dec.DecodeArrayLen(); err != nil || n != 3 {
+		return 0, fmt.Errorf("%w: request must be a 3-element array", ErrMalformed)
+	}
+	id, err := decodeID(dec)
+	if err != nil {
+		return 0, fmt.Errorf("%w: request id: %v", ErrMalformed, err)
+	}
+	return id, nil
+}
+
 // frameSrc lets bin values be taken as sub-slices of the frame body instead
 // of copies: a 1 MiB queue item is then read from the socket once and never
 // copied again in the daemon. The body is allocated per frame and never

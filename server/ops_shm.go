@@ -5,14 +5,16 @@ import (
 	"github.com/syncmgr/syncmgr/wire"
 )
 
-// The shared-memory ops map to package shmregistry; see docs/protocol.md.
-func init() {
-	serverOps["shm_create"] = shmOp(func(c *conn, r *shmregistry.Registry, a wire.Args) (any, error) {
-		name, err := a.OptString("name")
+// shmOps: the shared-memory segment registry (package shmregistry); see
+// docs/protocol.md.
+func shmOps(t *opTable) {
+	const f = "shm"
+	t.serverOp(f, wire.OpShmCreate, shmOp(func(c *conn, r *shmregistry.Registry, a wire.Args) (any, error) {
+		name, err := a.OptString(wire.ArgName)
 		if err != nil {
 			return nil, err
 		}
-		size, err := a.Int("size", 0)
+		size, err := a.Int(wire.ArgSize, 0)
 		if err != nil {
 			return nil, err
 		}
@@ -22,9 +24,9 @@ func init() {
 		}
 		c.watchShm()
 		return c.segmentInfo(seg), nil
-	})
-	serverOps["shm_attach"] = shmOp(func(c *conn, r *shmregistry.Registry, a wire.Args) (any, error) {
-		name, err := a.String("name")
+	}))
+	t.serverOp(f, wire.OpShmAttach, shmOp(func(c *conn, r *shmregistry.Registry, a wire.Args) (any, error) {
+		name, err := a.String(wire.ArgName)
 		if err != nil {
 			return nil, err
 		}
@@ -34,26 +36,26 @@ func init() {
 		}
 		c.watchShm()
 		return c.segmentInfo(seg), nil
-	})
-	serverOps["shm_detach"] = shmOp(func(c *conn, r *shmregistry.Registry, a wire.Args) (any, error) {
-		name, err := a.String("name")
+	}))
+	t.serverOp(f, wire.OpShmDetach, shmOp(func(c *conn, r *shmregistry.Registry, a wire.Args) (any, error) {
+		name, err := a.String(wire.ArgName)
 		if err != nil {
 			return nil, err
 		}
 		r.Detach(c.sess.ID, name)
 		return nil, nil
-	})
-	serverOps["shm_unlink"] = shmOp(func(c *conn, r *shmregistry.Registry, a wire.Args) (any, error) {
-		name, err := a.String("name")
+	}))
+	t.serverOp(f, wire.OpShmUnlink, shmOp(func(c *conn, r *shmregistry.Registry, a wire.Args) (any, error) {
+		name, err := a.String(wire.ArgName)
 		if err != nil {
 			return nil, err
 		}
 		return nil, r.Unlink(name)
-	})
-	serverOps["shm_list"] = shmOp(func(c *conn, r *shmregistry.Registry, a wire.Args) (any, error) {
+	}))
+	t.serverOp(f, wire.OpShmList, shmOp(func(c *conn, r *shmregistry.Registry, a wire.Args) (any, error) {
 		used, limit := r.Usage()
 		return map[string]any{"segments": r.List(), "used": used, "limit": limit, "dir": r.Dir()}, nil
-	})
+	}))
 }
 
 func shmOp(fn func(c *conn, r *shmregistry.Registry, a wire.Args) (any, error)) handler {
@@ -71,16 +73,20 @@ func (c *conn) segmentInfo(s shmregistry.Segment) map[string]any {
 }
 
 // watchShm makes the registry forget the session's attachments when the
-// session ends (its mappings died with its processes).
+// session ends (its mappings died with its processes): an end hook of the
+// session, registered once.
 func (c *conn) watchShm() {
 	sess := c.sess
 	if _, loaded := c.srv.shmWatched.LoadOrStore(sess.ID, struct{}{}); loaded {
 		return
 	}
 	r := c.srv.cfg.Shm
-	go func() {
-		<-sess.Done()
-		r.EndSession(sess.ID)
-		c.srv.shmWatched.Delete(sess.ID)
-	}()
+	id := sess.ID
+	if !sess.OnEnd(func() {
+		r.EndSession(id)
+		c.srv.shmWatched.Delete(id)
+	}) {
+		r.EndSession(id) // it ended meanwhile
+		c.srv.shmWatched.Delete(id)
+	}
 }

@@ -1,0 +1,81 @@
+package proxy
+
+import (
+	"context"
+
+	"github.com/syncmgr/syncmgr/wire"
+)
+
+// Handles of the queue family: Queue and JoinableQueue.
+
+// Queue is a shared FIFO of byte strings.
+type Queue struct{ Handle }
+
+// Queue returns the named Queue (maxsize <= 0: unbounded).
+func (c *Client) Queue(ctx context.Context, name string, maxsize int) (*Queue, error) {
+	h, err := c.create(ctx, wire.KindQueue, name, wire.ArgMaxSize, maxsize)
+	return &Queue{h}, err
+}
+
+// Put appends item, waiting for room until ctx ends.
+func (q *Queue) Put(ctx context.Context, item []byte) error {
+	_, err := q.call(ctx, wire.OpPut, nil, append([]any{wire.ArgItem, item}, timeoutArgs(ctx)...)...)
+	return err
+}
+
+// TryPut appends without waiting; ErrFull when there is no room.
+func (q *Queue) TryPut(ctx context.Context, item []byte) error {
+	_, err := q.call(ctx, wire.OpPut, nil, wire.ArgItem, item, wire.ArgBlock, false)
+	return err
+}
+
+// Get removes the first item, waiting until ctx ends (ErrEmpty on a deadline).
+func (q *Queue) Get(ctx context.Context) ([]byte, error) {
+	res, err := q.call(ctx, wire.OpGet, q.undoGet, timeoutArgs(ctx)...)
+	b, _ := res.([]byte)
+	return b, err
+}
+
+// TryGet removes the first item without waiting; ErrEmpty when none.
+func (q *Queue) TryGet(ctx context.Context) ([]byte, error) {
+	res, err := q.call(ctx, wire.OpGet, q.undoGet, wire.ArgBlock, false)
+	b, _ := res.([]byte)
+	return b, err
+}
+
+func (q *Queue) undoGet(res any) {
+	if b, ok := res.([]byte); ok {
+		_ = q.c.Notify(wire.OpUnget, q.args(wire.ArgItem, b))
+	}
+}
+
+// Len returns the number of items.
+func (q *Queue) Len(ctx context.Context) (int, error) {
+	res, err := q.call(ctx, wire.OpQsize, nil)
+	n, _ := toInt(res)
+	return n, err
+}
+
+// JoinableQueue is a Queue with task_done and join.
+type JoinableQueue struct{ Queue }
+
+// JoinableQueue returns the named JoinableQueue.
+func (c *Client) JoinableQueue(ctx context.Context, name string, maxsize int) (*JoinableQueue, error) {
+	h, err := c.create(ctx, wire.KindJoinableQueue, name, wire.ArgMaxSize, maxsize)
+	return &JoinableQueue{Queue{h}}, err
+}
+
+// TaskDone marks one got item as processed.
+func (q *JoinableQueue) TaskDone(ctx context.Context) error {
+	_, err := q.call(ctx, wire.OpTaskDone, nil)
+	return err
+}
+
+// Join waits until every item put has been marked done, or ctx ends.
+func (q *JoinableQueue) Join(ctx context.Context) error {
+	res, err := q.call(ctx, wire.OpJoin, nil, timeoutArgs(ctx)...)
+	if err == nil && res != true {
+		return context.DeadlineExceeded
+	}
+	return err
+}

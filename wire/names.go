@@ -1,0 +1,127 @@
+package wire
+
+// Op, kind and argument names of protocol version 1 (docs/protocol.md
+// sections 5 to 7). The daemon's op table and the Go client use these; the
+// strings are the protocol and never change meaning.
+
+// Kinds of shared objects.
+const (
+	KindLock             = "lock"
+	KindRLock            = "rlock"
+	KindSemaphore        = "semaphore"
+	KindBoundedSemaphore = "bounded_semaphore"
+	KindEvent            = "event"
+	KindValue            = "value"
+	KindQueue            = "queue"
+	KindJoinableQueue    = "joinable_queue"
+	KindCondition        = "condition"
+	KindBarrier          = "barrier"
+	KindDict             = "dict"
+	KindList             = "list"
+	KindNamespace        = "namespace"
+)
+
+// Ops that address no object (family admin) and the shared-memory registry
+// (family shm).
+const (
+	OpPing      = "ping"
+	OpCreate    = "create"
+	OpDelete    = "delete"
+	OpIncref    = "incref"
+	OpDecref    = "decref"
+	OpShare     = "share"
+	OpCancel    = "cancel"
+	OpStatus    = "status"
+	OpShmCreate = "shm_create"
+	OpShmAttach = "shm_attach"
+	OpShmDetach = "shm_detach"
+	OpShmUnlink = "shm_unlink"
+	OpShmList   = "shm_list"
+)
+
+// Ops of objects (each request also carries ArgKind and ArgName).
+const (
+	// Lock, RLock, Semaphore, BoundedSemaphore, Condition.
+	OpAcquire = "acquire"
+	OpRelease = "release"
+	// Condition.
+	OpNotify    = "notify"
+	OpNotifyAll = "notify_all"
+	// Condition, Event, Barrier.
+	OpWait = "wait"
+	// Event.
+	OpIsSet = "is_set"
+	OpSet   = "set" // also Value, dict
+	OpClear = "clear"
+	// Value.
+	OpGet = "get" // also Queue, dict
+	OpAdd = "add"
+	OpCAS = "cas"
+	// Queue, JoinableQueue.
+	OpPut   = "put"
+	OpUnget = "unget"
+	OpQsize = "qsize"
+	OpEmpty = "empty"
+	OpFull  = "full"
+	// JoinableQueue.
+	OpTaskDone   = "task_done"
+	OpUnfinished = "unfinished"
+	OpJoin       = "join"
+	// Barrier.
+	OpActionDone = "action_done"
+	OpAbort      = "abort"
+	OpReset      = "reset"
+	OpParties    = "parties"
+	OpNWaiting   = "n_waiting"
+	OpBroken     = "broken"
+	// dict, Namespace.
+	OpSetDefault = "setdefault"
+	OpDel        = "del"
+	OpPop        = "pop" // also list
+	OpPopItem    = "popitem"
+	OpContains   = "contains"
+	OpLen        = "len" // also list
+	OpUpdate     = "update"
+	OpItems      = "items"
+	// list.
+	OpGetItem  = "getitem"
+	OpSetItem  = "setitem"
+	OpDelItem  = "delitem"
+	OpAppend   = "append"
+	OpExtend   = "extend"
+	OpInsert   = "insert"
+	OpRemove   = "remove"
+	OpIndex    = "index"
+	OpCount    = "count"
+	OpSnapshot = "snapshot"
+	OpReplace  = "replace"
+)
+
+// Argument names.
+const (
+	ArgKind     = "kind"
+	ArgName     = "name"
+	ArgID       = "id"      // cancel: the request to cancel
+	ArgTID      = "tid"     // the calling thread (lock ownership)
+	ArgBlock    = "block"   // false: do not wait
+	ArgTimeout  = "timeout" // seconds; nil waits for ever
+	ArgValue    = "value"
+	ArgTypecode = "typecode"
+	ArgDelta    = "delta"
+	ArgExpected = "expected"
+	ArgNew      = "new"
+	ArgMaxSize  = "maxsize"
+	ArgLock     = "lock"
+	ArgParties  = "parties"
+	ArgAction   = "action"
+	ArgOK       = "ok"
+	ArgN        = "n"
+	ArgItem     = "item"
+	ArgItems    = "items"
+	ArgKey      = "key"
+	ArgKeyP     = "kp" // the pickled key, returned by items and popitem
+	ArgIndex    = "index"
+	ArgVersion  = "version"
+	ArgLimit    = "limit"
+	ArgSize     = "size"
+)
