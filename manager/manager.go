@@ -99,6 +99,7 @@ type Manager struct {
 	byKey    map[string]*Session
 	nextID   uint64
 	closed   bool
+	fast     *fastPath // nil: no fast path (see fastpath.go)
 }
 
 // New returns an empty manager.
@@ -304,6 +305,7 @@ func (m *Manager) collectAfterGrace(name string, e *entry, n uint64) {
 
 func (m *Manager) removeLocked(name string, e *entry) {
 	delete(m.objects, name)
+	m.unbindFast(e.obj)
 	if e.grace != nil {
 		e.grace.Stop()
 		e.grace = nil
@@ -362,6 +364,7 @@ func (m *Manager) Create(s *Session, kind Kind, name string, p Params) (obj Obje
 		}
 	}
 	m.objects[name] = e
+	m.bindFast(obj)
 	return obj, true, nil
 }
 
