@@ -1,11 +1,10 @@
 package statemem
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -47,22 +46,32 @@ type Segment struct {
 }
 
 // Create makes a segment of capacity object slots (the header included) as a
-// new file in dir, which should be private to the daemon's user (its socket
-// directory) or a sticky tmpfs such as /dev/shm. The file is created with
-// O_EXCL and O_NOFOLLOW, mode 0600, so an existing file or symlink, whoever
-// planted it, is never adopted.
-func Create(dir string, capacity int) (*Segment, error) {
+// new file called name in dir: the daemon's private directory or a sticky
+// tmpfs such as /dev/shm. A regular file of this user already there is a
+// segment left by a daemon that was killed on the same address: it is
+// removed first. Anything else there (another user's file, a symlink) is an
+// error. The file is created with O_EXCL and O_NOFOLLOW, mode 0600, so a file
+// or symlink planted meanwhile is never adopted.
+func Create(dir, name string, capacity int) (*Segment, error) {
 	if !littleEndian {
 		return nil, ErrBigEndian
 	}
 	if capacity < 2 || capacity > 1<<24 {
 		return nil, fmt.Errorf("statemem: capacity %d out of range [2, %d]", capacity, 1<<24)
 	}
-	var rnd [8]byte
-	if _, err := rand.Read(rnd[:]); err != nil {
-		return nil, fmt.Errorf("statemem: random name: %w", err)
+	if name == "" || strings.ContainsAny(name, "/\x00") || name == "." || name == ".." {
+		return nil, fmt.Errorf("statemem: bad segment name %q", name)
 	}
-	path := filepath.Join(dir, "syncmgr-state-"+hex.EncodeToString(rnd[:]))
+	path := filepath.Join(dir, name)
+	var st unix.Stat_t
+	if err := unix.Lstat(path, &st); err == nil {
+		if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Uid != uint32(os.Geteuid()) {
+			return nil, fmt.Errorf("statemem: %s exists and is not this user's file", path)
+		}
+		if err := unix.Unlink(path); err != nil {
+			return nil, fmt.Errorf("statemem: remove stale %s: %w", path, err)
+		}
+	}
 	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("statemem: create %s: %w", path, err)
@@ -241,6 +250,19 @@ func (s *Segment) Owned(slot uint32) []uint32 {
 		}
 	}
 	return out
+}
+
+// Remove removes the daemon's file but keeps the mapping, for a daemon
+// that stops: goroutines may still touch words until the process exits, and
+// clients' mappings stay valid until they unmap.
+func (s *Segment) Remove() error {
+	if !s.owner {
+		return nil
+	}
+	if err := os.Remove(s.path); err != nil && !os.IsNotExist(err) {
+		return fmt.Errorf("statemem: remove %s: %w", s.path, err)
+	}
+	return nil
 }
 
 // Close unmaps the segment; the daemon's copy also removes the file (maps

@@ -10,7 +10,7 @@ import (
 
 func newSeg(t *testing.T, capacity int) *Segment {
 	t.Helper()
-	s, err := Create(t.TempDir(), capacity)
+	s, err := Create(t.TempDir(), "state", capacity)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,11 +95,11 @@ func TestCreateOpenAndChecks(t *testing.T) {
 
 func TestCreateRefusesBadCapacity(t *testing.T) {
 	for _, n := range []int{-1, 0, 1, 1<<24 + 1} {
-		if _, err := Create(t.TempDir(), n); err == nil {
+		if _, err := Create(t.TempDir(), "state", n); err == nil {
 			t.Fatalf("capacity %d accepted", n)
 		}
 	}
-	if _, err := Create(filepath.Join(t.TempDir(), "missing"), 4); err == nil {
+	if _, err := Create(filepath.Join(t.TempDir(), "missing"), "state", 4); err == nil {
 		t.Fatal("created in a missing directory")
 	}
 }
@@ -156,5 +156,44 @@ func TestOwned(t *testing.T) {
 	}
 	if len(s.Owned(4)) != 0 {
 		t.Fatal("slot 4 owns nothing")
+	}
+}
+
+func TestCreateReplacesOnlyItsOwnStaleFile(t *testing.T) {
+	dir := t.TempDir()
+	stale := filepath.Join(dir, "state")
+	if err := os.WriteFile(stale, []byte("left by a killed daemon"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Create(dir, "state", 4)
+	if err != nil {
+		t.Fatalf("stale file of this user: %v", err)
+	}
+	if s.Size() != 4*SlotSize {
+		t.Fatal("size")
+	}
+	s.Close()
+	if err := os.Symlink("/etc/passwd", stale); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Create(dir, "state", 4); err == nil {
+		t.Fatal("replaced a symlink")
+	}
+	os.Remove(stale)
+	if os.Geteuid() == 0 {
+		if err := os.WriteFile(stale, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(stale, 4321, 4321); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Create(dir, "state", 4); err == nil {
+			t.Fatal("replaced another user's file")
+		}
+	}
+	for _, bad := range []string{"", ".", "..", "a/b"} {
+		if _, err := Create(dir, bad, 4); err == nil {
+			t.Fatalf("name %q accepted", bad)
+		}
 	}
 }

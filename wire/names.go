@@ -37,6 +37,9 @@ const (
 	OpShmDetach = "shm_detach"
 	OpShmUnlink = "shm_unlink"
 	OpShmList   = "shm_list"
+	// The same-host fast path (family fastpath).
+	OpFastpathAttach = "fastpath_attach"
+	OpFastpathRef    = "fastpath_ref"
 )
 
 // Ops of objects (each request also carries ArgKind and ArgName).

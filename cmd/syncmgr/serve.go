@@ -20,6 +20,7 @@ import (
 	"github.com/syncmgr/syncmgr/manager"
 	"github.com/syncmgr/syncmgr/server"
 	"github.com/syncmgr/syncmgr/shmregistry"
+	"github.com/syncmgr/syncmgr/statemem"
 	"github.com/syncmgr/syncmgr/wire"
 )
 
@@ -48,6 +49,8 @@ func runServe(ctx context.Context, args []string) error {
 		parentPID     = fs.Int("exit-with-parent", 0, "shut down when the process with this pid is no longer our parent")
 		shutdownGrace = fs.Duration("shutdown-timeout", 10*time.Second, "how long a graceful shutdown may take")
 		shmDir        = fs.String("shm-dir", "/dev/shm", "directory (tmpfs) for shared-memory segments; \"none\" disables the registry")
+		fastDir       = fs.String("fastpath-dir", "/dev/shm", "directory (tmpfs) for the fast path's state segment; \"none\" keeps every client on the socket")
+		fastObjects   = fs.Int("fastpath-objects", 16384, "objects whose state the fast path's segment holds (64 bytes each); others stay on the socket path")
 		shmLimit      = fs.String("shm-limit", "50%", "cap on all segments together: bytes (with K, M, G suffix) or a percentage of --shm-dir's size")
 	)
 	fs.Usage = func() {
@@ -77,17 +80,17 @@ func runServe(ctx context.Context, args []string) error {
 	if *maxFrame < 1024 || *maxFrame > 1<<30 {
 		return fmt.Errorf("%w: --max-frame must be between 1024 and 1 GiB", errUsage)
 	}
+	id := *socket // names this daemon's files in shared directories
+	if id == "" || id == "none" {
+		id = "tcp:" + *tcpAddr
+	} else if abs, err := filepath.Abs(id); err == nil {
+		id = abs
+	}
 	var shm *shmregistry.Registry
 	if *shmDir != "none" {
 		limit, err := parseLimit(*shmLimit, *shmDir)
 		if err != nil {
 			return err
-		}
-		id := *socket
-		if id == "" || id == "none" {
-			id = "tcp:" + *tcpAddr
-		} else if abs, err := filepath.Abs(id); err == nil {
-			id = abs
 		}
 		var adopted []string
 		shm, adopted, err = shmregistry.Open(*shmDir, shmregistry.Prefix(id), limit)
@@ -100,8 +103,23 @@ func runServe(ctx context.Context, args []string) error {
 		defer shm.Close() // a graceful stop unlinks every segment
 	}
 	mcfg := manager.Config{ShareGrace: *shareGrace, MaxObjectsPerSession: *maxPerClient, MaxObjects: *maxObjects, MaxQueue: *maxQueue}
+	mgr := manager.New(mcfg)
+	if *fastDir != "none" {
+		// The same-host fast path (package statemem). Without it every
+		// client uses the socket, which is correct, only slower.
+		// Named by the address, so a daemon restarted on the same address
+		// replaces the file a killed one left.
+		name := "syncmgr-state-" + strings.TrimSuffix(strings.TrimPrefix(shmregistry.Prefix(id), "syncmgr-"), "-")
+		seg, err := statemem.Create(*fastDir, name, *fastObjects+1)
+		if err != nil {
+			log.Warn().Err(err).Msg("fast path disabled")
+		} else {
+			defer seg.Remove() // the mapping stays until exit: no goroutine can touch unmapped words
+			mgr.EnableFastPath(seg)
+		}
+	}
 	srv, err := server.New(server.Config{Key: key, MaxFrame: uint32(*maxFrame), HandshakeTimeout: *hsTimeout,
-		MaxUnauthenticated: *maxUnauth, MaxConns: *maxConns, AllowOtherUsers: *allowOthers, Logger: log, Shm: shm}, manager.New(mcfg))
+		MaxUnauthenticated: *maxUnauth, MaxConns: *maxConns, AllowOtherUsers: *allowOthers, Logger: log, Shm: shm}, mgr)
 	if err != nil {
 		return err
 	}
