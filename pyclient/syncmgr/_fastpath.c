@@ -54,6 +54,7 @@ typedef struct {
     PyObject_HEAD
     unsigned char *base;
     size_t size;
+    int detached; /* the daemon is gone: sleepers leave, answering DAEMON */
 } Segment;
 
 #define LOAD(p) __atomic_load_n((p), __ATOMIC_SEQ_CST)
@@ -84,10 +85,13 @@ static void wait_init(Wait *wt, double timeout) {
 
 /*
  * sleep_on marks the word as having sleepers and sleeps while it reads x.
- * Returns 1 to look at the word again, 0 when the deadline has passed, -1
- * with a Python exception set (a signal handler raised).
+ * Returns 1 to look at the word again, 0 when the deadline has passed, 2
+ * when the segment was detached (the daemon is gone), -1 with a Python
+ * exception set (a signal handler raised).
  */
-static int sleep_on(uint64_t *w, uint64_t x, Wait *wt) {
+static int sleep_on(Segment *s, uint64_t *w, uint64_t x, Wait *wt) {
+    if (LOAD(&s->detached))
+        return 2;
     if (!(x & BIT_WAITERS)) {
         uint64_t expect = x;
         if (!CAS(w, &expect, x | BIT_WAITERS))
@@ -111,7 +115,7 @@ static int sleep_on(uint64_t *w, uint64_t x, Wait *wt) {
     Py_END_ALLOW_THREADS
     if (rc == -1 && err == EINTR && PyErr_CheckSignals() < 0)
         return -1;
-    return 1;
+    return LOAD(&s->detached) ? 2 : 1;
 }
 
 /* --- argument helpers ---------------------------------------------------- */
@@ -209,11 +213,13 @@ static PyObject *seg_lock_acquire(Segment *s, PyObject *const *args, Py_ssize_t 
             wait_init(&wt, timeout);
             started = 1;
         }
-        int r = sleep_on(w, x, &wt);
+        int r = sleep_on(s, w, x, &wt);
         if (r < 0)
             return NULL;
         if (r == 0)
             return PyLong_FromLong(RES_BUSY);
+        if (r == 2)
+            return PyLong_FromLong(RES_DAEMON);
     }
 }
 
@@ -280,11 +286,13 @@ static PyObject *seg_rlock_acquire(Segment *s, PyObject *const *args, Py_ssize_t
             wait_init(&wt, timeout);
             started = 1;
         }
-        int r = sleep_on(w, x, &wt);
+        int r = sleep_on(s, w, x, &wt);
         if (r < 0)
             return NULL;
         if (r == 0)
             return PyLong_FromLong(RES_BUSY);
+        if (r == 2)
+            return PyLong_FromLong(RES_DAEMON);
     }
 }
 
@@ -359,7 +367,8 @@ static PyObject *seg_event_clear(Segment *s, PyObject *const *args, Py_ssize_t n
     }
 }
 
-/* event_wait(off, timeout) -> bool: set (or set and cleared since the call) */
+/* event_wait(off, timeout) -> bool: set (or set and cleared since the call);
+ * None when the segment was detached meanwhile */
 static PyObject *seg_event_wait(Segment *s, PyObject *const *args, Py_ssize_t nargs) {
     NARGS(2, "event_wait");
     uint64_t *w = word_at(s, args[0], 0);
@@ -379,11 +388,13 @@ static PyObject *seg_event_wait(Segment *s, PyObject *const *args, Py_ssize_t na
             wait_init(&wt, timeout);
             started = 1;
         }
-        int r = sleep_on(w, x, &wt);
+        int r = sleep_on(s, w, x, &wt);
         if (r < 0)
             return NULL;
         if (r == 0)
             Py_RETURN_FALSE;
+        if (r == 2)
+            Py_RETURN_NONE; /* the daemon is gone: ask the socket path */
         x = LOAD(w);
     }
 }
@@ -605,6 +616,23 @@ static PyObject *seg_tag(Segment *s, PyObject *const *args, Py_ssize_t nargs) {
     return PyLong_FromUnsignedLong(LOAD((uint32_t *)((unsigned char *)w + OFF_TAG)));
 }
 
+/* detach(): the daemon is gone. Sleepers in this process (and, spuriously,
+ * in others) are woken and leave their waits answering DAEMON, so that the
+ * caller goes to the socket path, which reports the daemon's loss. */
+static PyObject *seg_detach(Segment *s, PyObject *const *args, Py_ssize_t nargs) {
+    (void)args;
+    NARGS(0, "detach");
+    if (s->base == NULL)
+        Py_RETURN_NONE;
+    STORE(&s->detached, 1);
+    for (size_t off = SLOT_SIZE; off < s->size; off += SLOT_SIZE) {
+        uint64_t *w = (uint64_t *)(s->base + off);
+        if (LOAD(w) & BIT_WAITERS)
+            futex_wake_all(w);
+    }
+    Py_RETURN_NONE;
+}
+
 /* --- the Segment type ---------------------------------------------------- */
 
 static int seg_init(Segment *s, PyObject *args, PyObject *kw) {
@@ -680,6 +708,7 @@ static PyMethodDef seg_methods[] = {
     M(value_add, "value_add(off, cls, delta) -> new value"),
     M(value_cas, "value_cas(off, cls, expected, new) -> bool"),
     M(state, "state(off) -> the raw state word"),
+    M(detach, "detach(): wake this process's sleepers, which then answer DAEMON"),
     M(tag, "tag(off) -> the object slot's tag"),
     {NULL, NULL, 0, NULL},
 };

@@ -17,7 +17,7 @@ import tempfile
 import time
 from typing import Any, Optional
 
-from . import _containers
+from . import _containers, _fast
 from . import _proxies as px
 from . import exceptions as exc
 from . import shared_memory as shm
@@ -233,6 +233,7 @@ class Manager:
         p = cls.__new__(cls)
         p._bind(client, res["name"], owned=True)
         p._setstate(state)
+        _fast.attach(p)
         return p
 
     def Lock(self, name: Optional[str] = None) -> px.LockProxy:  # noqa: N802

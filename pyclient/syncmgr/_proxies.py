@@ -22,6 +22,7 @@ import time
 import weakref
 from typing import Any, Callable, ClassVar, Optional
 
+from . import _fast
 from . import exceptions as exc
 from ._connection import Client, get_client
 
@@ -41,6 +42,7 @@ def _rebuild(cls: type[BaseProxy], address: str, name: str, state: Any) -> BaseP
     p = cls.__new__(cls)
     p._bind(get_client(address), name, owned=False)
     p._setstate(state)
+    _fast.attach(p)
     return p
 
 
@@ -249,7 +251,8 @@ class ValueProxy(BaseProxy):
         else:
             self._call("set", value=self._encode(value))
 
-    value = property(get, set)
+    # Through the instance, so that the fast path's get and set serve it too.
+    value = property(lambda self: self.get(), lambda self, v: self.set(v))
 
     def add(self, delta: Any = 1) -> Any:
         """Add delta atomically on the daemon and return the new value."""
