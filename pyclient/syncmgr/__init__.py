@@ -9,6 +9,24 @@ their holder dies, and whose shared memory is owned by the daemon::
     with syncmgr.Manager() as m:
         lock, stop, q = m.Lock(), m.Event(), m.Queue()
         ray.init(runtime_env=m.runtime_env())
+
+Where things live (each module's docstring says more):
+
+* ``_manager.py``: ``Manager``/``connect``, the object factories;
+  ``_daemon.py``: starting a private daemon (the one place that does it).
+* ``_proxies.py``, ``_containers.py``, ``shared_memory.py``: the proxies,
+  i.e. each op's client-side semantics and, for consuming ops, the undo
+  passed to the transport (release a lock, put an item back).
+* ``_transport.py``: the interface proxies call (``call``/``notify``), with
+  its contract: an error means no effect; an interrupted wait is cancelled
+  and its grant given back.
+* ``_connection.py``: the socket transport (pool, handshake, key lookup);
+  ``_framing.py``: frame layout and the size check, no I/O.
+* ``exceptions.py``: the exception tree and the one table from wire error
+  codes to classes.
+
+An op's semantics and its undo on the daemon live in the daemon's
+``manager`` package; its wire form in docs/protocol.md.
 """
 
 from . import shared_memory as _shm
@@ -27,17 +45,31 @@ from ._proxies import (
 )
 from .exceptions import (
     AuthenticationError,
+    BadNameError,
     BrokenBarrierError,
+    CancelledError,
     ConnectError,
+    DeletedError,
+    Empty,
     FrameTooLargeError,
+    Full,
+    IndexOutOfRangeError,
+    InternalError,
+    KeyNotFoundError,
     KindMismatchError,
     LimitError,
+    ManagerShutDownError,
+    NoSpaceError,
     NoSuchObjectError,
     NotOwnerError,
+    ObjectError,
     ProtocolError,
+    SegmentExistsError,
     ServerGoneError,
     ShuttingDownError,
     SyncMgrError,
+    SyncMgrTypeError,
+    SyncMgrValueError,
 )
 from .shared_memory import SharedMemory, SharedMemoryHostError
 
@@ -61,17 +93,31 @@ __all__ = [
     "DictProxy",
     "ListProxy",
     "NamespaceProxy",
-    "SyncMgrError",
-    "ConnectError",
     "AuthenticationError",
+    "BadNameError",
+    "BrokenBarrierError",
+    "CancelledError",
+    "ConnectError",
+    "DeletedError",
+    "Empty",
+    "FrameTooLargeError",
+    "Full",
+    "IndexOutOfRangeError",
+    "InternalError",
+    "KeyNotFoundError",
+    "KindMismatchError",
+    "LimitError",
+    "ManagerShutDownError",
+    "NoSpaceError",
+    "NoSuchObjectError",
+    "NotOwnerError",
+    "ObjectError",
+    "ProtocolError",
+    "SegmentExistsError",
     "ServerGoneError",
     "ShuttingDownError",
-    "ProtocolError",
-    "FrameTooLargeError",
-    "NoSuchObjectError",
-    "KindMismatchError",
-    "NotOwnerError",
-    "LimitError",
-    "BrokenBarrierError",
+    "SyncMgrError",
+    "SyncMgrTypeError",
+    "SyncMgrValueError",
     "SharedMemoryHostError",
 ]

@@ -19,21 +19,24 @@ import collections
 import hashlib
 import hmac
 import itertools
+import logging
 import os
 import socket
 import ssl
-import struct
+import stat
 import sys
 import threading
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import msgpack
 
 from . import exceptions as exc
+from ._framing import HEADER, bin_reply, check_size, encode_request, frame, packb, sendmsg_all
+
+_log = logging.getLogger("syncmgr")
 
 PROTOCOL_VERSION = 1
-_HEADER = struct.Struct(">I")
 _HANDSHAKE_MAX = 4 << 10
 _CLIENT_LABEL = b"syncmgr/1 client"
 _SERVER_LABEL = b"syncmgr/1 server"
@@ -41,9 +44,6 @@ CONNECT_TIMEOUT = 10.0
 # A pooled connection idle for longer than this is checked (one poll) before
 # use, so that a daemon restart is noticed without failing a call.
 _IDLE_CHECK = 0.5
-# Blobs smaller than this are packed into the frame; larger ones are sent as
-# a buffer of their own, without a copy.
-_INLINE_BLOB = 16 << 10
 
 # --- session identity, renewed in a forked child -------------------------
 
@@ -99,6 +99,66 @@ def key_from_env() -> bytes:
     return key
 
 
+def _same_address(a: str, b: str) -> bool:
+    def norm(x: str) -> str:
+        x = x[len("unix://"):] if x.startswith("unix://") else x
+        return x if x.startswith("tcp://") else os.path.abspath(x)
+    return norm(a) == norm(b)
+
+
+def key_file_beside(address: str) -> Optional[bytes]:
+    """The key in the 0600 ``syncmgr.key`` beside a Unix socket (written by an
+    embedded daemon's manager), or None. The file must be a regular file of
+    this uid, readable by nobody else, and is opened without following a
+    symlink."""
+    if address.startswith("tcp://"):
+        return None
+    path = address[len("unix://"):] if address.startswith("unix://") else address
+    kpath = os.path.join(os.path.dirname(os.path.abspath(path)), "syncmgr.key")
+    try:
+        fd = os.open(kpath, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+            _log.warning("ignoring %s: not a regular file of this user with mode 0600", kpath)
+            return None
+        data = os.read(fd, 4096)
+    finally:
+        os.close(fd)
+    try:
+        key = bytes.fromhex(data.decode().strip())
+    except ValueError:
+        return None
+    return key or None
+
+
+def key_for(address: str) -> bytes:
+    """The authkey for the daemon at address, when none was given.
+
+    In order: the environment's key ($SYNCMGR_AUTHKEY or
+    $SYNCMGR_AUTHKEY_FILE) when $SYNCMGR_ADDRESS is unset or names this
+    address; the key file beside the socket of an embedded daemon; the
+    environment's key anyway; else AuthenticationError. So a child finds the
+    key of the daemon its proxy names, whichever manager started first, and
+    whether or not its environment was inherited (forkserver).
+    """
+    env_addr = os.environ.get("SYNCMGR_ADDRESS")
+    have_env = "SYNCMGR_AUTHKEY" in os.environ or "SYNCMGR_AUTHKEY_FILE" in os.environ
+    if have_env and (not env_addr or _same_address(env_addr, address)):
+        return key_from_env()
+    key = key_file_beside(address)
+    if key is not None:
+        return key
+    if have_env:
+        return key_from_env()
+    raise exc.AuthenticationError(
+        f"no syncmgr authkey for {address}: set SYNCMGR_AUTHKEY (hex) or SYNCMGR_AUTHKEY_FILE in this process's "
+        "environment (with Ray: ray.init(runtime_env=manager.runtime_env()))"
+    )
+
+
 def get_client(address: str, authkey: Optional[bytes] = None, ssl_context: Optional[ssl.SSLContext] = None) -> Client:
     """The process's client for address (created on first use)."""
     with _clients_lock:
@@ -106,45 +166,9 @@ def get_client(address: str, authkey: Optional[bytes] = None, ssl_context: Optio
         if c is None or (authkey is not None and c._key != authkey) or (
             ssl_context is not None and c._ssl is not ssl_context
         ):
-            c = Client(address, authkey if authkey is not None else key_from_env(), ssl_context)
+            c = Client(address, authkey if authkey is not None else key_for(address), ssl_context)
             _clients[address] = c
         return c
-
-
-# --- frames ----------------------------------------------------------------
-
-
-def _packb(obj: Any) -> bytes:
-    return msgpack.packb(obj, use_bin_type=True)
-
-
-def encode_request(rid: int, op: str, args: dict[str, Any], blob_key: Optional[str] = None,
-                   blob: Any = None) -> list[Any]:
-    """A request frame as a list of buffers. A large ``blob`` (an item or a
-    value) is not copied into the frame: it is sent as its own buffer."""
-    if blob_key is not None and len(blob) < _INLINE_BLOB:
-        args = dict(args)
-        args[blob_key] = bytes(blob)
-        blob_key = None
-    if blob_key is None:
-        body = _packb([rid, op, args])
-        return [_HEADER.pack(len(body)) + body]
-    n = len(args) + 1
-    parts = [b"\x93", _packb(rid), _packb(op)]
-    parts.append(bytes([0x80 | n]) if n < 16 else b"\xde" + struct.pack(">H", n))
-    for k, v in args.items():
-        parts.append(_packb(k))
-        parts.append(_packb(v))
-    parts.append(_packb(blob_key))
-    size = memoryview(blob).nbytes
-    if size < 256:
-        parts.append(b"\xc4" + bytes([size]))
-    elif size < 65536:
-        parts.append(b"\xc5" + struct.pack(">H", size))
-    else:
-        parts.append(b"\xc6" + struct.pack(">I", size))
-    prefix = b"".join(parts)
-    return [_HEADER.pack(len(prefix) + size) + prefix, blob]
 
 
 class Connection:
@@ -186,7 +210,7 @@ class Connection:
                     "mac": hmac.new(key, _CLIENT_LABEL + ns + nc, hashlib.sha256).digest(),
                     "session": session, "pid": os.getpid(),
                     "label": f"python {sys.version_info[0]}.{sys.version_info[1]} {socket.gethostname()}"[:128]}
-            self._send([_frame(_packb(auth))])
+            self._send([frame(packb(auth))])
             welcome = msgpack.unpackb(self._recv_frame(_HANDSHAKE_MAX), raw=False)
             if isinstance(welcome, dict) and welcome.get("t") == "error":
                 self._refused(welcome)
@@ -215,7 +239,7 @@ class Connection:
             for b in buffers:
                 self.sock.sendall(b)
         else:
-            _sendmsg_all(self.sock, buffers)
+            sendmsg_all(self.sock, buffers)
 
     def _fill(self) -> None:
         """Read what the socket has into the receive buffer (at least one byte)."""
@@ -236,7 +260,7 @@ class Connection:
         into its own buffer."""
         while self._rend - self._rstart < 4:
             self._fill()
-        (n,) = _HEADER.unpack_from(self._rbuf, self._rstart)
+        (n,) = HEADER.unpack_from(self._rbuf, self._rstart)
         if n == 0 or n > limit:
             raise exc.ProtocolError(f"syncmgr at {self.address} sent a frame of {n} bytes")
         self._rstart += 4
@@ -265,7 +289,7 @@ class Connection:
     def recv_reply(self) -> tuple[int, Any, Any]:
         body = self._recv_frame(self.max_frame + 4096)
         if isinstance(body, bytearray):  # a large frame in a buffer of its own (never reused)
-            fast = _bin_reply(body)
+            fast = bin_reply(body)
             if fast is not None:
                 return fast
         try:
@@ -284,34 +308,6 @@ class Connection:
                 pass
 
 
-_UINT = {0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8}
-_BINLEN = {0xC4: 1, 0xC5: 2, 0xC6: 4}
-
-
-def _bin_reply(body: Any) -> Optional[tuple[int, Any, Any]]:
-    """Parse ``[id, nil, <bin>]`` by hand and return the bin as a view of the
-    frame buffer, sparing msgpack's copy of a large item; None for any other
-    shape (the caller then decodes normally)."""
-    if body[0] != 0x93:
-        return None
-    c = body[1]
-    if c < 0x80:
-        rid, pos = c, 2
-    elif c in _UINT:
-        k = _UINT[c]
-        rid, pos = int.from_bytes(body[2:2 + k], "big"), 2 + k
-    else:
-        return None
-    if body[pos] != 0xC0 or body[pos + 1] not in _BINLEN:
-        return None
-    k = _BINLEN[body[pos + 1]]
-    n = int.from_bytes(body[pos + 2:pos + 2 + k], "big")
-    start = pos + 2 + k
-    if start + n != len(body):
-        return None
-    return rid, None, memoryview(body)[start:]
-
-
 def _alive(sock: socket.socket) -> bool:
     """Whether an idle pooled socket is still open (one non-blocking peek;
     pooled sockets are in blocking mode, so the flag is honoured)."""
@@ -323,23 +319,6 @@ def _alive(sock: socket.socket) -> bool:
         return True
     except (OSError, ValueError):
         return False
-
-
-def _frame(body: bytes) -> bytes:
-    return _HEADER.pack(len(body)) + body
-
-
-def _sendmsg_all(sock: socket.socket, buffers: list[Any]) -> None:
-    views = [memoryview(b).cast("B") for b in buffers]
-    while views:
-        sent = sock.sendmsg(views[:512])
-        while sent and views:
-            if sent >= len(views[0]):
-                sent -= len(views[0])
-                views.pop(0)
-            else:
-                views[0] = views[0][sent:]
-                sent = 0
 
 
 def _connect(address: str, ssl_context: Optional[ssl.SSLContext]) -> socket.socket:
@@ -368,11 +347,12 @@ def _connect(address: str, ssl_context: Optional[ssl.SSLContext]) -> socket.sock
 
 # --- the per-process client --------------------------------------------------
 
-Undo = Callable[[Any], None]
+from ._transport import Undo  # noqa: E402
 
 
 class Client:
-    """A process's connections to one daemon."""
+    """A process's connections to one daemon: the socket transport
+    (``_transport.Transport``)."""
 
     def __init__(self, address: str, key: bytes, ssl_context: Optional[ssl.SSLContext] = None) -> None:
         self.address = address
@@ -455,18 +435,22 @@ class Client:
         conn = self._take()
         rid = next(self._ids)
         frames = []
+        notes = []
         while self._notes:
             try:
-                nop, nargs = self._notes.popleft()
+                note = self._notes.popleft()
             except IndexError:
                 break
-            frames.append(encode_request(0, nop, nargs))
-        frames.append(encode_request(rid, op, args, blob_key, blob))
-        if blob is not None and memoryview(blob).nbytes + 1024 > conn.max_frame:
+            notes.append(note)
+            frames.append(encode_request(0, note[0], note[1]))
+        req = encode_request(rid, op, args, blob_key, blob)
+        try:
+            check_size(req, conn.max_frame, op)
+        except exc.FrameTooLargeError:
+            self._notes.extendleft(reversed(notes))
             self._give_back(conn)
-            raise exc.FrameTooLargeError(
-                f"a value of {memoryview(blob).nbytes} bytes is over the daemon's frame limit of {conn.max_frame}"
-            )
+            raise
+        frames.append(req)
         try:
             conn.send_requests(frames)
             rep_id, err, result = conn.recv_reply()

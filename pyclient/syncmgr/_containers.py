@@ -70,10 +70,8 @@ class DictProxy(BaseProxy):
     def __getitem__(self, key: Any) -> Any:
         try:
             return _loads(self._call("get", key=canonical_key(key)))
-        except exc.SyncMgrError as e:
-            if e.code == "key_error":
-                raise KeyError(key) from None
-            raise
+        except exc.KeyNotFoundError:
+            raise KeyError(key) from None
 
     def get(self, key: Any, default: Any = None) -> Any:
         try:
@@ -87,10 +85,8 @@ class DictProxy(BaseProxy):
     def __delitem__(self, key: Any) -> None:
         try:
             self._call("del", key=canonical_key(key))
-        except exc.SyncMgrError as e:
-            if e.code == "key_error":
-                raise KeyError(key) from None
-            raise
+        except exc.KeyNotFoundError:
+            raise KeyError(key) from None
 
     def __contains__(self, key: Any) -> bool:
         return bool(self._call("contains", key=canonical_key(key)))
@@ -120,9 +116,7 @@ class DictProxy(BaseProxy):
     def pop(self, key: Any, default: Any = _MISSING) -> Any:
         try:
             return _loads(self._call("pop", key=canonical_key(key)))
-        except exc.SyncMgrError as e:
-            if e.code != "key_error":
-                raise
+        except exc.KeyNotFoundError:
             if default is _MISSING:
                 raise KeyError(key) from None
             return default
@@ -130,10 +124,8 @@ class DictProxy(BaseProxy):
     def popitem(self) -> tuple[Any, Any]:
         try:
             kp, v = self._call("popitem")
-        except exc.SyncMgrError as e:
-            if e.code == "key_error":
-                raise KeyError("popitem(): dictionary is empty") from None
-            raise
+        except exc.KeyNotFoundError:
+            raise KeyError("popitem(): dictionary is empty") from None
         return _loads(kp), _loads(v)
 
     def setdefault(self, key: Any, default: Any = None) -> Any:
@@ -211,10 +203,8 @@ class ListProxy(BaseProxy):
             return self._snapshot()[0][i]
         try:
             return _loads(self._call("getitem", index=int(i)))
-        except exc.SyncMgrError as e:
-            if e.code == "index_error":
-                raise IndexError("list index out of range") from None
-            raise
+        except exc.IndexOutOfRangeError:
+            raise IndexError("list index out of range") from None
 
     def __setitem__(self, i: Any, value: Any) -> None:
         if isinstance(i, slice):
@@ -227,10 +217,8 @@ class ListProxy(BaseProxy):
             return
         try:
             self._call("setitem", index=int(i), value=_dumps(value))
-        except exc.SyncMgrError as e:
-            if e.code == "index_error":
-                raise IndexError("list assignment index out of range") from None
-            raise
+        except exc.IndexOutOfRangeError:
+            raise IndexError("list assignment index out of range") from None
 
     def __delitem__(self, i: Any) -> None:
         if isinstance(i, slice):
@@ -242,10 +230,8 @@ class ListProxy(BaseProxy):
             return
         try:
             self._call("delitem", index=int(i))
-        except exc.SyncMgrError as e:
-            if e.code == "index_error":
-                raise IndexError("list assignment index out of range") from None
-            raise
+        except exc.IndexOutOfRangeError:
+            raise IndexError("list assignment index out of range") from None
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self._snapshot()[0])
@@ -287,10 +273,8 @@ class ListProxy(BaseProxy):
     def pop(self, i: int = -1) -> Any:
         try:
             return _loads(self._call("pop", index=int(i)))
-        except exc.SyncMgrError as e:
-            if e.code == "index_error":
-                raise IndexError(str(e).split(": ", 1)[-1]) from None
-            raise
+        except exc.IndexOutOfRangeError as e:
+            raise IndexError(str(e).split(": ", 1)[-1]) from None
 
     def remove(self, value: Any) -> None:
         try:

@@ -9,53 +9,29 @@ from __future__ import annotations
 
 import atexit
 import os
-import shutil
-import signal
 import ssl
-import subprocess
-import tempfile
-import time
 from typing import Any, Optional
 
 from . import _containers, _fast
 from . import _proxies as px
 from . import exceptions as exc
 from . import shared_memory as shm
-from ._connection import Client, default_address, get_client, key_from_env
+from ._connection import Client, default_address, get_client, key_for
+from ._daemon import PrivateDaemon, find_binary
 
 __all__ = ["Manager", "connect", "find_binary"]
-
-
-def find_binary() -> str:
-    """The syncmgr daemon binary: $SYNCMGR_BIN, one shipped in the package,
-    the repository's build (bin/syncmgr), or one on PATH."""
-    env = os.environ.get("SYNCMGR_BIN")
-    if env:
-        if not os.access(env, os.X_OK):
-            raise exc.SyncMgrError(f"SYNCMGR_BIN={env} is not an executable file")
-        return env
-    here = os.path.dirname(os.path.abspath(__file__))
-    for cand in (os.path.join(here, "_bin", "syncmgr"),
-                 os.path.join(os.path.dirname(os.path.dirname(here)), "bin", "syncmgr")):
-        if os.access(cand, os.X_OK):
-            return cand
-    found = shutil.which("syncmgr")
-    if found:
-        return found
-    raise exc.SyncMgrError(
-        "cannot find the syncmgr daemon binary: build it with `make build` "
-        "(or `go build -o bin/syncmgr ./cmd/syncmgr`) in the syncmgr repository, "
-        "put it on PATH, or point SYNCMGR_BIN at it"
-    )
 
 
 class Manager:
     """A syncmgr manager, with the object factories of ``SyncManager``.
 
-    ``Manager()`` starts (on ``start()`` or ``with``) a private daemon and
-    exports ``SYNCMGR_ADDRESS`` and ``SYNCMGR_AUTHKEY`` into ``os.environ``
-    so that child processes find it; ``shutdown()`` (also at exit, and when
-    this process dies) stops it and everything it owns.
+    ``Manager()`` starts (on ``start()`` or ``with``) a private daemon
+    (``_daemon.PrivateDaemon``); ``shutdown()`` (also at exit, and when this
+    process dies) stops it and everything it owns. Child processes find its
+    key by the address their proxies name (the key file beside its socket);
+    if ``SYNCMGR_ADDRESS`` is not set yet, the manager also exports
+    ``SYNCMGR_ADDRESS`` and ``SYNCMGR_AUTHKEY`` for ``syncmgr.connect()`` in
+    children, and removes them at shutdown only if they are still its own.
     ``Manager(address, authkey)`` uses a running daemon instead.
     """
 
@@ -68,8 +44,8 @@ class Manager:
         self._ssl = ssl_context
         self._log_level = log_level
         self._daemon_args = tuple(daemon_args)
-        self._proc: Optional[subprocess.Popen[bytes]] = None
-        self._dir: Optional[str] = None
+        self._daemon: Optional[PrivateDaemon] = None
+        self._exported: Optional[dict[str, str]] = None
         self._client: Optional[Client] = None
         self._state = "initial"
 
@@ -80,77 +56,32 @@ class Manager:
         if self._state == "started":
             return self
         if self._state == "shutdown":
-            raise exc.SyncMgrError("this manager has been shut down")
+            raise exc.ManagerShutDownError("this manager has been shut down")
         if self._embedded:
             self._start_daemon()
         else:
-            key = self._authkey if self._authkey is not None else key_from_env()
+            key = self._authkey if self._authkey is not None else key_for(self._address or default_address())
             self._client = get_client(self._address or default_address(), key, self._ssl)
             self._client.call("ping", {})
         self._state = "started"
         return self
 
     def _start_daemon(self) -> None:
-        binary = find_binary()
-        self._dir = tempfile.mkdtemp(prefix="syncmgr-", dir="/tmp")
-        sock = os.path.join(self._dir, "syncmgr.sock")
-        key = self._authkey if self._authkey is not None else os.urandom(32)
-        env = dict(os.environ, SYNCMGR_AUTHKEY=key.hex())
-        env.pop("SYNCMGR_AUTHKEY_FILE", None)
-        log = open(os.path.join(self._dir, "daemon.log"), "wb")
+        d = PrivateDaemon(key=self._authkey, args=self._daemon_args, log_level=self._log_level)
         try:
-            self._proc = subprocess.Popen(
-                [binary, "serve", "--socket", sock, "--log-level", self._log_level,
-                 "--exit-with-parent", str(os.getpid()), *self._daemon_args],
-                env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-            )
-        finally:
-            log.close()
-        deadline = time.monotonic() + 15.0
-        while True:
-            if self._proc.poll() is not None:
-                tail = self._log_tail()
-                self._cleanup_dir()
-                raise exc.SyncMgrError(f"the syncmgr daemon exited at start (status {self._proc.returncode}):\n{tail}")
-            if os.path.exists(sock):
-                try:
-                    self._client = get_client(sock, key, None)
-                    self._client.call("ping", {})
-                    break
-                except exc.ConnectError:
-                    pass
-            if time.monotonic() > deadline:
-                self._stop_daemon()
-                raise exc.SyncMgrError(f"the syncmgr daemon did not start in 15 s:\n{self._log_tail()}")
-            time.sleep(0.005)
-        self._address = sock
-        self._authkey = key
-        os.environ["SYNCMGR_ADDRESS"] = sock
-        os.environ["SYNCMGR_AUTHKEY"] = key.hex()
+            d.start()
+            self._client = get_client(d.address, d.key, None)
+            self._client.call("ping", {})
+        except BaseException:
+            d.close()
+            raise
+        self._daemon = d
+        self._address = d.address
+        self._authkey = d.key
+        if not os.environ.get("SYNCMGR_ADDRESS"):
+            self._exported = d.env()
+            os.environ.update(self._exported)
         atexit.register(self.shutdown)
-
-    def _log_tail(self) -> str:
-        try:
-            with open(os.path.join(self._dir or "", "daemon.log"), "rb") as f:
-                return f.read()[-4000:].decode(errors="replace")
-        except OSError:
-            return "(no daemon log)"
-
-    def _stop_daemon(self) -> None:
-        proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
-        self._cleanup_dir()
-
-    def _cleanup_dir(self) -> None:
-        if self._dir:
-            shutil.rmtree(self._dir, ignore_errors=True)
-            self._dir = None
 
     def shutdown(self) -> None:
         """Stop the embedded daemon (a connected manager just closes its connections)."""
@@ -161,10 +92,14 @@ class Manager:
         if self._client is not None:
             self._client.close()
         if self._embedded:
-            if os.environ.get("SYNCMGR_ADDRESS") == self._address:
-                os.environ.pop("SYNCMGR_ADDRESS", None)
-                os.environ.pop("SYNCMGR_AUTHKEY", None)
-            self._stop_daemon()
+            if self._exported is not None:
+                for k, v in self._exported.items():
+                    if os.environ.get(k) == v:
+                        del os.environ[k]
+                self._exported = None
+            if self._daemon is not None:
+                self._daemon.close()
+                self._daemon = None
             try:
                 atexit.unregister(self.shutdown)
             except Exception:  # noqa: BLE001
@@ -200,18 +135,18 @@ class Manager:
     @property
     def pid(self) -> Optional[int]:
         """The embedded daemon's process id."""
-        return self._proc.pid if self._proc is not None else None
+        return self._daemon.pid if self._daemon is not None else None
 
     def runtime_env(self) -> dict[str, Any]:
         """A Ray runtime_env that lets workers reach this daemon."""
-        key = self._authkey if self._authkey is not None else key_from_env()
+        key = self._authkey if self._authkey is not None else key_for(self.address)
         return {"env_vars": {"SYNCMGR_ADDRESS": self.address, "SYNCMGR_AUTHKEY": key.hex()}}
 
     def _c(self) -> Client:
         if self._state == "initial":
             self.start()
         if self._client is None or self._state != "started":
-            raise exc.SyncMgrError("this manager has been shut down")
+            raise exc.ManagerShutDownError("this manager has been shut down")
         return self._client
 
     def status(self, limit: int = 10000) -> dict[str, Any]:
@@ -349,8 +284,9 @@ def connect(address: Optional[str] = None, authkey: Optional[bytes] = None, *,
     authkey to $SYNCMGR_AUTHKEY (hex) or the file named by $SYNCMGR_AUTHKEY_FILE."""
     m = Manager(address or default_address(), authkey, ssl_context=ssl_context)
     m._state = "started"
-    key = authkey if authkey is not None else key_from_env()
+    addr = m._address or default_address()
+    key = authkey if authkey is not None else key_for(addr)
     m._authkey = key
-    m._client = get_client(m._address or default_address(), key, ssl_context)
+    m._client = get_client(addr, key, ssl_context)
     return m
 

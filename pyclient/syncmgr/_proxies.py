@@ -16,7 +16,6 @@ from __future__ import annotations
 import ctypes
 import math
 import pickle
-import queue
 import threading
 import time
 import weakref
@@ -24,7 +23,8 @@ from typing import Any, Callable, ClassVar, Optional
 
 from . import _fast
 from . import exceptions as exc
-from ._connection import Client, get_client
+from ._connection import get_client
+from ._transport import Transport
 
 _PICKLE_PROTOCOL = 5
 
@@ -50,10 +50,10 @@ class BaseProxy:
     """Common behaviour of all proxies."""
 
     _kind: ClassVar[str] = ""
-    _client: Client
+    _client: Transport
     _name: str
 
-    def _bind(self, client: Client, name: str, owned: bool) -> None:
+    def _bind(self, client: Transport, name: str, owned: bool) -> None:
         self._client = client
         self._name = name
         self._anon = name.startswith("anon-")
@@ -102,7 +102,16 @@ class BaseProxy:
         return bool(self._client.call("delete", {"name": self._name}))
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self._name!r} at {self._client.address}>"
+        # The stock proxies' form, which code and tests match on, plus where the object lives.
+        typeid = _TYPEIDS.get(self._kind, self._kind)
+        return (f"<{type(self).__name__} object, typeid {typeid!r} at {id(self):#x}; "
+                f"name {self._name!r} on {self._client.address}>")
+
+
+# SyncManager's type ids, by wire kind (for repr).
+_TYPEIDS = {"lock": "Lock", "rlock": "RLock", "semaphore": "Semaphore", "bounded_semaphore": "BoundedSemaphore",
+            "event": "Event", "condition": "Condition", "barrier": "Barrier", "queue": "Queue",
+            "joinable_queue": "JoinableQueue", "value": "Value"}
 
 
 def _timeout_arg(blocking: bool, timeout: Optional[float], *, minus_one_forever: bool) -> Optional[float]:
@@ -131,6 +140,8 @@ class AcquirerProxy(BaseProxy):
                 raise ValueError("can't specify a timeout for a non-blocking call")
             return bool(self._call("acquire", block=False, tid=tid))
         t = _timeout_arg(True, timeout, minus_one_forever=True)
+        if t is not None and t > threading.TIMEOUT_MAX:
+            raise OverflowError("timeout value is too large")
         return bool(self._call_blocking("acquire", t, undo=self._undo_acquire, tid=tid, timeout=t))
 
     def _undo_acquire(self, got: Any) -> None:
@@ -237,6 +248,8 @@ class ValueProxy(BaseProxy):
             v = v.item()
         if not isinstance(v, (int, float, bool)):
             raise TypeError(f"a value of typecode {self._code!r} holds numbers, not {type(v).__name__}")
+        if isinstance(v, bool) and self._code != "?":
+            return int(v)  # a bool is an int, as multiprocessing.Value('i', True) accepts
         return v
 
     def _decode(self, v: Any) -> Any:
@@ -279,24 +292,14 @@ class QueueProxy(BaseProxy):
         else:
             t = _timeout_arg(True, timeout, minus_one_forever=False)
             wait = t
-        try:
-            self._call_blocking("put", wait, blob_key="item", blob=data, block=block, timeout=t)
-        except exc.SyncMgrError as e:
-            if e.code == "full":
-                raise queue.Full from None
-            raise
+        self._call_blocking("put", wait, blob_key="item", blob=data, block=block, timeout=t)
 
     def get(self, block: bool = True, timeout: Optional[float] = None) -> Any:
         if not block:
             t: Optional[float] = 0.0
         else:
             t = _timeout_arg(True, timeout, minus_one_forever=False)
-        try:
-            data = self._call_blocking("get", t, undo=self._undo_get, block=block, timeout=t)
-        except exc.SyncMgrError as e:
-            if e.code == "empty":
-                raise queue.Empty from None
-            raise
+        data = self._call_blocking("get", t, undo=self._undo_get, block=block, timeout=t)
         return _loads(data)
 
     def _undo_get(self, data: Any) -> None:

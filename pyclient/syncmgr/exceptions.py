@@ -22,7 +22,17 @@ Every error the client raises on its own account derives from
     ├── NoSpaceError              (also OSError) /dev/shm is full
     ├── CancelledError            a request was cancelled
     ├── DeletedError              the object was deleted while the call waited
-    └── BrokenBarrierError        (also threading.BrokenBarrierError)
+    ├── BrokenBarrierError        (also threading.BrokenBarrierError)
+    ├── KeyNotFoundError          (also KeyError) a dict key that is not there
+    ├── IndexOutOfRangeError      (also IndexError) a list index out of range
+    ├── Empty                     (also queue.Empty) get from an empty queue
+    ├── Full                      (also queue.Full) put to a full queue
+    ├── ManagerShutDownError      (also multiprocessing.ProcessError) use of a manager after shutdown()
+    └── InternalError             a bug in the daemon
+
+Every wire error code maps to one class in ``EXCEPTION_CLASSES``; the
+transport raises ``from_code(code, message)`` and call sites catch classes,
+never compare codes.
 
 Where the standard library has an exception for the same condition the
 client raises that one, as the proxies of ``multiprocessing`` do:
@@ -32,7 +42,9 @@ client raises that one, as the proxies of ``multiprocessing`` do:
 
 from __future__ import annotations
 
+import queue
 import threading
+from multiprocessing import ProcessError
 
 
 class SyncMgrError(Exception):
@@ -117,7 +129,34 @@ class NoSpaceError(SyncMgrError, OSError):
     """The daemon's shared-memory filesystem is full."""
 
 
-_BY_CODE: dict[str, type[SyncMgrError]] = {
+class KeyNotFoundError(SyncMgrError, KeyError):
+    """A dict key that is not there (a KeyError, as a dict raises)."""
+
+    def __str__(self) -> str:  # KeyError quotes its argument; keep the message readable
+        return Exception.__str__(self)
+
+
+class IndexOutOfRangeError(SyncMgrError, IndexError):
+    """A list index out of range (an IndexError, as a list raises)."""
+
+
+class Empty(SyncMgrError, queue.Empty):
+    """Get from an empty queue (a queue.Empty, as queue.Queue raises)."""
+
+
+class Full(SyncMgrError, queue.Full):
+    """Put to a full queue (a queue.Full, as queue.Queue raises)."""
+
+
+class ManagerShutDownError(SyncMgrError, ProcessError):
+    """The manager has been shut down (a multiprocessing.ProcessError, as SyncManager raises)."""
+
+
+class InternalError(SyncMgrError):
+    """The daemon hit a bug; the request had no effect. Please report it."""
+
+
+EXCEPTION_CLASSES: dict[str, type[SyncMgrError]] = {
     "no_such_object": NoSuchObjectError,
     "kind_mismatch": KindMismatchError,
     "bad_name": BadNameError,
@@ -136,14 +175,20 @@ _BY_CODE: dict[str, type[SyncMgrError]] = {
     "bad_request": ProtocolError,
     "unknown_op": ProtocolError,
     "version": ProtocolError,
+    "key_error": KeyNotFoundError,
+    "index_error": IndexOutOfRangeError,
+    "empty": Empty,
+    "full": Full,
+    "internal": InternalError,
 }
 
 
 def from_code(code: str, message: str) -> SyncMgrError:
     """The exception for a wire error code (unknown codes give SyncMgrError)."""
-    exc = _BY_CODE.get(code, SyncMgrError)(message)
+    exc = EXCEPTION_CLASSES.get(code, SyncMgrError)(message)
     exc.code = code
     return exc
 
 
-__all__ = [name for name in dir() if name.endswith("Error")]
+__all__ = [name for name, obj in list(globals().items())
+           if isinstance(obj, type) and issubclass(obj, SyncMgrError)] + ["EXCEPTION_CLASSES", "from_code"]

@@ -25,8 +25,9 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable
 
+from ._transport import Transport
 from .exceptions import NoSuchObjectError, SyncMgrError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -47,21 +48,13 @@ class SharedMemoryHostError(SyncMgrError):
     """The segment lives on another host than this process: it cannot be mapped."""
 
 
-class _Client(Protocol):
-    address: str
-
-    def call(self, op: str, args: dict[str, Any]) -> Any: ...
-
-    def notify(self, op: str, args: dict[str, Any]) -> None: ...
-
-
-def _no_client(address: str) -> _Client:  # pragma: no cover - replaced by the package
+def _no_client(address: str) -> Transport:  # pragma: no cover - replaced by the package
     raise RuntimeError("syncmgr.shared_memory used before the syncmgr package was imported")
 
 
 # Set by the package: returns the client for a daemon address, connecting
 # with the key from this process's environment.
-client_for: Callable[[str], _Client] = _no_client
+client_for: Callable[[str], Transport] = _no_client
 
 
 def _local_boot_id() -> str:
@@ -85,7 +78,7 @@ class SharedMemory:
     _mmap: mmap.mmap | None
     _buf: memoryview | None
 
-    def __init__(self, name: str | None = None, create: bool = False, size: int = 0, *, client: _Client) -> None:
+    def __init__(self, name: str | None = None, create: bool = False, size: int = 0, *, client: Transport) -> None:
         self._client = client
         self._mmap = None
         self._buf = None
@@ -236,7 +229,7 @@ def _shared_ndarray_class() -> type:
     return _ndarray_class
 
 
-def ndarray(client: _Client, shape: Any, dtype: Any = float, name: str | None = None) -> np.ndarray:
+def ndarray(client: Transport, shape: Any, dtype: Any = float, name: str | None = None) -> np.ndarray:
     """A zero-filled numpy array in a new segment (``Manager.ndarray``)."""
     np = _np()
     dt = np.dtype(dtype)
@@ -322,7 +315,7 @@ def _layout_type(t: Any) -> Any:
     return t
 
 
-def RawArray(client: _Client, typecode_or_type: Any, size_or_initializer: Any, name: str | None = None) -> Any:  # noqa: N802
+def RawArray(client: Transport, typecode_or_type: Any, size_or_initializer: Any, name: str | None = None) -> Any:  # noqa: N802
     """A ctypes array in a new segment, as ``multiprocessing.sharedctypes.RawArray``."""
     ct = typecode_to_ctype(typecode_or_type)
     if isinstance(size_or_initializer, int):
@@ -338,7 +331,7 @@ def RawArray(client: _Client, typecode_or_type: Any, size_or_initializer: Any, n
     return arr
 
 
-def RawValue(client: _Client, typecode_or_type: Any, *args: Any, name: str | None = None) -> Any:  # noqa: N802
+def RawValue(client: Transport, typecode_or_type: Any, *args: Any, name: str | None = None) -> Any:  # noqa: N802
     """A ctypes value in a new segment, as ``multiprocessing.sharedctypes.RawValue``."""
     ct = typecode_to_ctype(typecode_or_type)
     layout = ("value", _layout_type(ct), 1)

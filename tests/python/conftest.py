@@ -3,82 +3,54 @@
 from __future__ import annotations
 
 import os
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pytest
 
 import syncmgr
+from syncmgr._daemon import PrivateDaemon
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.environ.get("SYNCMGR_BIN") or os.path.join(REPO, "bin", "syncmgr")
 
 
-@dataclass
-class Daemon:
-    """A syncmgr daemon process started by a test."""
-
-    address: str
-    key: bytes
-    proc: subprocess.Popen
-    args: list
-    log: str
+class Daemon(PrivateDaemon):
+    """A syncmgr daemon process started by a test (the client's own
+    private-daemon starter, so tests start daemons as Manager() does)."""
 
     @property
-    def env(self) -> dict:
+    def env(self) -> dict:  # type: ignore[override]
         """A minimal environment for a fresh interpreter that should reach the daemon."""
         return {"PATH": os.environ.get("PATH", ""), "SYNCMGR_ADDRESS": self.address,
                 "SYNCMGR_AUTHKEY": self.key.hex(), "PYTHONPATH": os.pathsep.join(sys.path)}
 
-    def kill(self) -> None:
-        self.proc.kill()
-        self.proc.wait(timeout=10)
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
-        return self.proc.returncode
-
     def restart(self) -> None:
         self.stop()
-        start_daemon_proc(self)
+        self.start()
 
 
 def start_daemon_proc(d: Daemon) -> None:
-    env = dict(os.environ, SYNCMGR_AUTHKEY=d.key.hex())
-    with open(d.log, "ab") as log:
-        d.proc = subprocess.Popen([BIN, "serve", "--socket", d.address, "--log-level", "warn", *d.args],
-                                  env=env, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        if d.proc.poll() is not None:
-            raise RuntimeError(f"daemon exited: {open(d.log).read()[-2000:]}")
+    """Start d again (after kill or stop), on the same socket and key, and
+    let this process's client notice (its pooled connections are stale)."""
+    d.start()
+    deadline = time.monotonic() + 10
+    while True:
         try:
             syncmgr.connect(d.address, d.key).status()
             return
         except syncmgr.SyncMgrError:
+            if time.monotonic() > deadline:
+                raise
             time.sleep(0.01)
-    raise RuntimeError("daemon did not start")
 
 
 def start_daemon(*args: str) -> Daemon:
     if not os.access(BIN, os.X_OK):
         raise RuntimeError(f"no daemon binary at {BIN}: run `make build`")
-    d = tempfile.mkdtemp(prefix="smt", dir="/tmp")
-    daemon = Daemon(os.path.join(d, "s.sock"), os.urandom(32), None, list(args), os.path.join(d, "daemon.log"))
-    start_daemon_proc(daemon)
-    return daemon
+    return Daemon(BIN, args=tuple(args), exit_with_parent=False, forward_log=False,
+                  key_file=False).start()
 
 
 @pytest.fixture(scope="module")
@@ -94,8 +66,7 @@ def daemon() -> Iterator[Daemon]:
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
-    d.stop()
-    shutil.rmtree(os.path.dirname(d.address), ignore_errors=True)
+    d.close()
 
 
 @pytest.fixture

@@ -222,7 +222,7 @@ def test_daemon_shutdown_answers_blocked_clients():
 
 def test_embedded_manager():
     with syncmgr.Manager() as m:
-        assert m and os.environ["SYNCMGR_ADDRESS"] == m.address
+        assert m  # (whether it exports SYNCMGR_ADDRESS depends on the environment: test_managers.py)
         env = m.runtime_env()["env_vars"]
         assert env["SYNCMGR_ADDRESS"] == m.address and bytes.fromhex(env["SYNCMGR_AUTHKEY"])
         pid = m.pid

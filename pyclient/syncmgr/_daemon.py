@@ -1,0 +1,220 @@
+"""Starting a private syncmgr daemon: the one place that does it.
+
+``Manager()`` with no address, the test suite and the benchmark all start
+their daemons through :class:`PrivateDaemon`:
+
+* a fresh 0700 directory under the temporary directory (``$TMPDIR``, as the
+  daemon's own default does; ``/tmp`` when that path would be too long for a
+  Unix socket) holds the socket, the key file and the log;
+* the key is random (or given) and reaches the daemon through its
+  environment, never its command line (which other users can read);
+* the key is also written, mode 0600, to ``syncmgr.key`` beside the socket,
+  so that a process that was not given the key in its environment (a child
+  of a forkserver started before the manager, a child of a second manager)
+  finds the key of the daemon its proxy names (``_connection.key_for``);
+  the file adds no exposure the socket does not already have: both are in
+  the same 0700 directory;
+* the daemon's log lines go to ``daemon.log`` in that directory and, from
+  warnings up, to ``logging.getLogger("syncmgr.daemon")``, so an embedded
+  daemon's warnings reach the user rather than a file deleted at exit.
+
+Usage::
+
+    d = PrivateDaemon(args=("--max-frame", "65536")).start()
+    ... d.address, d.key, d.env() ...
+    d.stop()
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from typing import IO, Optional
+
+from . import exceptions as exc
+
+__all__ = ["KEY_FILE", "PrivateDaemon", "find_binary"]
+
+KEY_FILE = "syncmgr.key"
+SOCKET_FILE = "syncmgr.sock"
+LOG_FILE = "daemon.log"
+_SUN_PATH_MAX = 100  # sockaddr_un.sun_path is 108 bytes; keep a margin
+
+log = logging.getLogger("syncmgr.daemon")
+
+
+def find_binary() -> str:
+    """The syncmgr daemon binary: $SYNCMGR_BIN, one shipped in the package,
+    the repository's build (bin/syncmgr), or one on PATH."""
+    env = os.environ.get("SYNCMGR_BIN")
+    if env:
+        if not os.access(env, os.X_OK):
+            raise exc.SyncMgrError(f"SYNCMGR_BIN={env} is not an executable file")
+        return env
+    here = os.path.dirname(os.path.abspath(__file__))
+    for cand in (os.path.join(here, "_bin", "syncmgr"),
+                 os.path.join(os.path.dirname(os.path.dirname(here)), "bin", "syncmgr")):
+        if os.access(cand, os.X_OK):
+            return cand
+    found = shutil.which("syncmgr")
+    if found:
+        return found
+    raise exc.SyncMgrError(
+        "cannot find the syncmgr daemon binary: install the syncmgr wheel for this platform, "
+        "build it with `make build` in the syncmgr repository, put it on PATH, or point SYNCMGR_BIN at it"
+    )
+
+
+def _private_dir() -> str:
+    base = tempfile.gettempdir()
+    if len(os.path.join(base, "syncmgr-xxxxxxxx", SOCKET_FILE)) > _SUN_PATH_MAX:
+        base = "/tmp"
+    return tempfile.mkdtemp(prefix="syncmgr-", dir=base)  # mode 0700
+
+
+def write_key_file(directory: str, key: bytes) -> str:
+    """Write key (hex) to directory/syncmgr.key, mode 0600, never through a symlink."""
+    path = os.path.join(directory, KEY_FILE)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(key.hex())
+    return path
+
+
+_LEVELS = {"level=ERROR": logging.ERROR, "level=WARN": logging.WARNING,
+           "level=INFO": logging.INFO, "level=DEBUG": logging.DEBUG}
+
+
+def _level_of(line: str) -> int:
+    for tag, lvl in _LEVELS.items():
+        if tag in line:
+            return lvl
+    return logging.WARNING  # a line not from the logger (a panic, a Go runtime message)
+
+
+class PrivateDaemon:
+    """A syncmgr daemon on a private socket, owned by this process."""
+
+    def __init__(self, binary: Optional[str] = None, *, key: Optional[bytes] = None, args: tuple[str, ...] = (),
+                 log_level: str = "warn", exit_with_parent: bool = True, forward_log: bool = True,
+                 key_file: bool = True) -> None:
+        self.binary = binary or find_binary()
+        self.key = key if key is not None else os.urandom(32)
+        self.args = list(args)
+        self.log_level = log_level
+        self.exit_with_parent = exit_with_parent
+        self.forward_log = forward_log
+        self.dir = _private_dir()
+        self.address = os.path.join(self.dir, SOCKET_FILE)
+        self.log = os.path.join(self.dir, LOG_FILE)
+        self.proc: Optional[subprocess.Popen[bytes]] = None
+        self._tail: collections.deque[str] = collections.deque(maxlen=200)
+        self._pump: Optional[threading.Thread] = None
+        if key_file:
+            write_key_file(self.dir, self.key)
+
+    def env(self) -> dict[str, str]:
+        """The variables that let another process reach this daemon."""
+        return {"SYNCMGR_ADDRESS": self.address, "SYNCMGR_AUTHKEY": self.key.hex()}
+
+    def start(self, timeout: float = 15.0) -> PrivateDaemon:
+        """Start the daemon (again, after stop or kill) and wait until it answers."""
+        from ._connection import Connection  # late: _connection imports this module's key helpers
+
+        env = dict(os.environ, SYNCMGR_AUTHKEY=self.key.hex())
+        env.pop("SYNCMGR_AUTHKEY_FILE", None)
+        cmd = [self.binary, "serve", "--socket", self.address, "--log-level", self.log_level]
+        if self.exit_with_parent:
+            cmd += ["--exit-with-parent", str(os.getpid())]
+        cmd += self.args
+        self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        assert self.proc.stdout is not None
+        self._pump = threading.Thread(target=self._copy_log, args=(self.proc.stdout,),
+                                      name="syncmgr-daemon-log", daemon=True)
+        self._pump.start()
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                self._pump.join(timeout=2)
+                raise exc.SyncMgrError(
+                    f"the syncmgr daemon exited at start (status {self.proc.returncode}):\n{self.log_tail()}")
+            if os.path.exists(self.address):
+                try:
+                    Connection(self.address, self.key, os.urandom(16)).close()
+                    return self
+                except (exc.ConnectError, exc.ServerGoneError):
+                    pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise exc.SyncMgrError(f"the syncmgr daemon did not start in {timeout:g} s:\n{self.log_tail()}")
+            time.sleep(0.005)
+
+    def _copy_log(self, pipe: IO[bytes]) -> None:
+        with open(self.log, "ab", buffering=0) as f:
+            for raw in iter(pipe.readline, b""):
+                try:
+                    f.write(raw)
+                except OSError:
+                    pass
+                line = raw.decode(errors="replace").rstrip()
+                self._tail.append(line)
+                if self.forward_log:
+                    lvl = _level_of(line)
+                    if log.isEnabledFor(lvl):
+                        log.log(lvl, "%s", line)
+        pipe.close()
+
+    def log_tail(self) -> str:
+        """The daemon's last log lines (for error messages)."""
+        return "\n".join(self._tail) or "(the daemon wrote nothing)"
+
+    @property
+    def pid(self) -> Optional[int]:
+        return self.proc.pid if self.proc is not None else None
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL the daemon (a crash, for tests); its directory stays."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        self._join_pump()
+
+    def stop(self, timeout: float = 15.0) -> Optional[int]:
+        """SIGTERM the daemon and wait for its clean stop; its directory stays."""
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+        self._join_pump()
+        return proc.returncode if proc is not None else None
+
+    def _join_pump(self) -> None:
+        if self._pump is not None:
+            self._pump.join(timeout=5)
+            self._pump = None
+
+    def close(self) -> None:
+        """Stop the daemon and remove its directory."""
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> PrivateDaemon:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

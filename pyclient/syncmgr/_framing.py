@@ -1,0 +1,134 @@
+"""Framing: how requests and replies are laid out on the wire.
+
+A frame is a 4-byte big-endian body length followed by a msgpack body
+(docs/protocol.md, "Frames"). A request body is ``[id, op, args]``; a reply
+body is ``[id, error, result]`` with ``error`` either nil or
+``[code, message]``.
+
+This module only lays out bytes; it does no I/O and knows nothing of
+sockets, sessions or semantics. Two things here matter for speed:
+
+* a large blob (a queue item or a value) is not copied into the frame: the
+  frame is returned as a list of buffers, the blob being one of them, for
+  ``sendmsg``;
+* a reply that is ``[id, nil, <bin>]`` is parsed by hand so that a large
+  item is returned as a view of the receive buffer, sparing msgpack's copy.
+
+Every request frame is checked against the daemon's frame limit as a whole
+(header, arguments and blob) before anything is sent, so an oversized
+request fails with :class:`~syncmgr.FrameTooLargeError` and costs nothing
+else: the connection, and what the process holds, stay as they were.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+from typing import Any, Optional
+
+import msgpack
+
+from . import exceptions as exc
+
+HEADER = struct.Struct(">I")
+# Blobs smaller than this are packed into the frame; larger ones are sent as
+# a buffer of their own, without a copy.
+INLINE_BLOB = 16 << 10
+
+Frame = list[Any]
+"""A frame as a list of buffers; the first starts with the 4-byte header."""
+
+
+def packb(obj: Any) -> bytes:
+    return msgpack.packb(obj, use_bin_type=True)
+
+
+def frame(body: bytes) -> bytes:
+    """A frame holding body."""
+    return HEADER.pack(len(body)) + body
+
+
+def body_size(f: Frame) -> int:
+    """The body length a frame declares."""
+    return int(HEADER.unpack_from(f[0])[0])
+
+
+def check_size(f: Frame, max_frame: int, what: str) -> None:
+    """Raise FrameTooLargeError when f's body is over the daemon's limit."""
+    n = body_size(f)
+    if n > max_frame:
+        raise exc.FrameTooLargeError(
+            f"{what}: a request of {n} bytes is over the daemon's frame limit of {max_frame} bytes "
+            "(nothing was sent; raise the limit with `syncmgr serve --max-frame`)"
+        )
+
+
+def encode_request(rid: int, op: str, args: dict[str, Any], blob_key: Optional[str] = None,
+                   blob: Any = None) -> Frame:
+    """A request frame as a list of buffers. A large ``blob`` (an item or a
+    value) is not copied into the frame: it is sent as its own buffer."""
+    if blob_key is not None and len(blob) < INLINE_BLOB:
+        args = dict(args)
+        args[blob_key] = bytes(blob)
+        blob_key = None
+    if blob_key is None:
+        body = packb([rid, op, args])
+        return [HEADER.pack(len(body)) + body]
+    n = len(args) + 1
+    parts = [b"\x93", packb(rid), packb(op)]
+    parts.append(bytes([0x80 | n]) if n < 16 else b"\xde" + struct.pack(">H", n))
+    for k, v in args.items():
+        parts.append(packb(k))
+        parts.append(packb(v))
+    parts.append(packb(blob_key))
+    size = memoryview(blob).nbytes
+    if size < 256:
+        parts.append(b"\xc4" + bytes([size]))
+    elif size < 65536:
+        parts.append(b"\xc5" + struct.pack(">H", size))
+    else:
+        parts.append(b"\xc6" + struct.pack(">I", size))
+    prefix = b"".join(parts)
+    return [HEADER.pack(len(prefix) + size) + prefix, blob]
+
+
+_UINT = {0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8}
+_BINLEN = {0xC4: 1, 0xC5: 2, 0xC6: 4}
+
+
+def bin_reply(body: Any) -> Optional[tuple[int, Any, Any]]:
+    """Parse ``[id, nil, <bin>]`` by hand and return the bin as a view of the
+    frame buffer, sparing msgpack's copy of a large item; None for any other
+    shape (the caller then decodes normally)."""
+    if body[0] != 0x93:
+        return None
+    c = body[1]
+    if c < 0x80:
+        rid, pos = c, 2
+    elif c in _UINT:
+        k = _UINT[c]
+        rid, pos = int.from_bytes(body[2:2 + k], "big"), 2 + k
+    else:
+        return None
+    if body[pos] != 0xC0 or body[pos + 1] not in _BINLEN:
+        return None
+    k = _BINLEN[body[pos + 1]]
+    n = int.from_bytes(body[pos + 2:pos + 2 + k], "big")
+    start = pos + 2 + k
+    if start + n != len(body):
+        return None
+    return rid, None, memoryview(body)[start:]
+
+
+def sendmsg_all(sock: socket.socket, buffers: list[Any]) -> None:
+    """Send every buffer, in order, with as few system calls as the kernel allows."""
+    views = [memoryview(b).cast("B") for b in buffers]
+    while views:
+        sent = sock.sendmsg(views[:512])
+        while sent and views:
+            if sent >= len(views[0]):
+                sent -= len(views[0])
+                views.pop(0)
+            else:
+                views[0] = views[0][sent:]
+                sent = 0

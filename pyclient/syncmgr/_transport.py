@@ -1,0 +1,62 @@
+"""The transport interface: what a proxy needs from whatever carries its calls.
+
+Proxies (``_proxies.py``, ``_containers.py``, ``shared_memory.py``) hold a
+:class:`Transport` and call nothing else: no proxy touches a socket. Today
+the one transport is the socket client (``_connection.Client``), one per
+daemon address per process; a same-host fast path (state words in the
+daemon's shared memory) is a second transport that serves the ops it can
+and hands every other op to the socket client underneath.
+
+Contract of :meth:`Transport.call`:
+
+* ``op`` and ``args`` are the wire op and its arguments (docs/protocol.md);
+  the result is the reply's result, already decoded.
+* An error reply raises the class ``exceptions.from_code`` gives for its
+  code; an error means the op had **no effect** on the daemon.
+* ``wait`` is how long the op may block on the daemon (``None``: for
+  ever, ``0.0``: not at all). The transport keeps no timer of its own for
+  it: the daemon bounds every wait, and a dead daemon fails the call at once.
+* If the call is interrupted (``KeyboardInterrupt`` while waiting), the
+  transport cancels the request on the daemon, passes any result that raced
+  in to ``undo`` (which gives it back: releases the lock, puts the item back
+  at the front), and re-raises, so nothing is taken in the caller's name.
+* ``blob_key``/``blob`` name an argument that is a large buffer (a queue
+  item, a pickled value): the transport may send it without copying it.
+* A request larger than the daemon's frame limit raises
+  ``FrameTooLargeError`` before anything is sent.
+
+:meth:`Transport.notify` queues a request that needs no reply (``decref``
+from a finalizer); it does no I/O and goes out with the next call.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Protocol
+
+Undo = Callable[[Any], None]
+
+
+class Transport(Protocol):
+    """What proxies call: see the module docstring for the contract."""
+
+    @property
+    def address(self) -> str:
+        """The daemon's address, as proxies pickle it."""
+        ...
+
+    def call(self, op: str, args: dict[str, Any], *, blob_key: Optional[str] = None, blob: Any = None,
+             wait: Optional[float] = 0.0, undo: Optional[Undo] = None) -> Any:
+        """Send one request and return its result."""
+        ...
+
+    def notify(self, op: str, args: dict[str, Any]) -> None:
+        """Queue a request that needs no reply; safe in a finalizer."""
+        ...
+
+    def flush(self) -> None:
+        """Send queued notifications now."""
+        ...
+
+    def close(self) -> None:
+        """Drop idle resources; a later call reconnects."""
+        ...
