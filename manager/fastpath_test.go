@@ -13,7 +13,7 @@ import (
 // daemon runs it with the fast path on.
 func fastManager(t *testing.T) (*Manager, *statemem.Segment) {
 	t.Helper()
-	seg, err := statemem.Create(t.TempDir(), 64)
+	seg, err := statemem.Create(t.TempDir(), "state", 64)
 	if err != nil {
 		t.Fatal(err)
 	}
