@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from . import _connection
 from . import exceptions as exc
+from ._framing import encode_request
 
 if TYPE_CHECKING:
     from ._connection import Client
@@ -102,7 +103,7 @@ class FastPath:
         threading.Thread(target=self._watch, name="syncmgr-fastpath-anchor", daemon=True).start()
 
     def _request(self, op: str, args: dict[str, Any]) -> Any:
-        self.anchor.send_requests([_connection.encode_request(1, op, args)])
+        self.anchor.send_requests([encode_request(1, op, args)])
         _, err, result = self.anchor.recv_reply()
         if err is not None:
             raise exc.from_code(err[0], err[1])
