@@ -143,6 +143,7 @@ def _after_fork_in_child() -> None:
     for fp in _paths.values():
         if fp is not None:
             fp.ok = False
+            fp.seg.invalidate()  # the parent's slot is not ours
     _paths.clear()
     _paths_lock = threading.Lock()
 
@@ -268,17 +269,38 @@ class _LockHandle(_Handle):
     # (with-statements call the type's __enter__, which calls self.acquire)
     methods = ("acquire", "release")
 
+    def __init__(self, proxy: BaseProxy, fp: FastPath, off: int) -> None:
+        super().__init__(proxy, fp, off)
+        self.slot = fp.slot
+        self.take = fp.seg.lock_acquire
+        self.give = fp.seg.lock_release
+
     def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> bool:
+        # The common call, acquire() with the fast path up, in as few steps as possible.
+        if blocking is True and timeout is None and self.fp.ok:
+            r = self.take(self.off, self.slot, _get_ident(), -1.0)
+            if r == OK:
+                return True
+            return self._daemon_acquire(blocking, timeout, -1.0, 0.0)
         t = _acquire_timeout(blocking, timeout)
         if t is None or not self.usable():
             return bool(self.slow("acquire", blocking, timeout))
         start = _monotonic() if t > 0 else 0.0
-        r = self.seg.lock_acquire(self.off, self.fp.slot, _get_ident(), t)
+        r = self.take(self.off, self.slot, _get_ident(), t)
         if r == OK:
             return True
         if r == BUSY:
             return False
         return self._daemon_acquire(blocking, timeout, t, start)
+
+    def install(self, proxy: BaseProxy) -> None:
+        # The common calls run in C (no Python frame); this class's methods
+        # are their slow paths.
+        h = _ext.LockHandle(self.seg, self.off, self.slot, isinstance(self, _RLockHandle),  # type: ignore[union-attr]
+                            self.acquire, self.release)
+        proxy.__dict__["_fast"] = self
+        proxy.__dict__["acquire"] = h.acquire
+        proxy.__dict__["release"] = h.release
 
     def _daemon_acquire(self, blocking: bool, timeout: Optional[float], t: float, start: float) -> bool:
         if t > 0:
@@ -286,25 +308,20 @@ class _LockHandle(_Handle):
         return bool(self.slow("acquire", blocking, timeout))
 
     def release(self) -> None:
-        if not self.usable() or self.seg.lock_release(self.off) != OK:
+        if not self.fp.ok or self.give(self.off) != OK:
+            self.usable()  # re-attach after a fork
             self.slow("release")  # DAEMON, or an error the daemon words
 
 
 class _RLockHandle(_LockHandle):
-    def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> bool:
-        t = _acquire_timeout(blocking, timeout)
-        if t is None or not self.usable():
-            return bool(self.slow("acquire", blocking, timeout))
-        start = _monotonic() if t > 0 else 0.0
-        r = self.seg.rlock_acquire(self.off, self.fp.slot, _get_ident(), t)
-        if r == OK:
-            return True
-        if r == BUSY:
-            return False
-        return self._daemon_acquire(blocking, timeout, t, start)
+    def __init__(self, proxy: BaseProxy, fp: FastPath, off: int) -> None:
+        super().__init__(proxy, fp, off)
+        self.take = fp.seg.rlock_acquire
+        self.give_r = fp.seg.rlock_release
 
     def release(self) -> None:
-        if not self.usable() or self.seg.rlock_release(self.off, self.fp.slot, _get_ident()) != OK:
+        if not self.fp.ok or self.give_r(self.off, self.slot, _get_ident()) != OK:
+            self.usable()
             self.slow("release")
 
 
@@ -312,12 +329,14 @@ class _EventHandle(_Handle):
     methods = ("is_set", "set", "clear", "wait")
 
     def is_set(self) -> bool:
-        if not self.usable():
-            return bool(self.slow("is_set"))
-        return bool(self.seg.event_is_set(self.off))
+        if self.fp.ok:
+            return self.seg.event_is_set(self.off)  # type: ignore[no-any-return]
+        self.usable()
+        return bool(self.slow("is_set"))
 
     def set(self) -> None:
-        if not self.usable() or self.seg.event_set(self.off) != OK:
+        if not self.fp.ok or self.seg.event_set(self.off) != OK:
+            self.usable()
             self.slow("set")
 
     def clear(self) -> None:
@@ -362,9 +381,10 @@ class _ValueHandle(_Handle):
         self.delta_types: tuple[type, ...] = () if code == "?" else ((int, float) if code in "fd" else (int,))
 
     def get(self) -> Any:
-        if not self.usable():
-            return self.slow("get")
-        return self.seg.value_get(self.off, self.cls_code)
+        if self.fp.ok:
+            return self.seg.value_get(self.off, self.cls_code)
+        self.usable()
+        return self.slow("get")
 
     def set(self, value: Any) -> None:
         if type(value) in self.types and self.usable():

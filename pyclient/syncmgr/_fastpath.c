@@ -15,6 +15,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <pythread.h>
 
 #include <errno.h>
 #include <limits.h>
@@ -183,7 +184,125 @@ static int get_timeout(PyObject *o, double *out) {
         return NULL;                                                      \
     }
 
-/* --- Lock ---------------------------------------------------------------- */
+/* --- Lock and RLock: the word protocol ---------------------------------- */
+
+/* Each returns a result code, or -1 with a Python exception set. */
+
+static int lock_acquire_core(Segment *s, uint64_t *w, uint64_t slot, uint64_t tid, double timeout) {
+    uint64_t *aux = w + 1;
+    Wait wt = {0, 0};
+    int started = 0;
+    for (;;) {
+        uint64_t x = LOAD(w);
+        if (x & BIT_DAEMON)
+            return RES_DAEMON;
+        if ((x & MASK_LOW) == 0) {
+            if (CAS(w, &x, x | slot)) {
+                STORE(aux, tid);
+                return RES_OK;
+            }
+            continue;
+        }
+        if (timeout == 0)
+            return RES_BUSY;
+        if (!started) {
+            wait_init(&wt, timeout);
+            started = 1;
+        }
+        int r = sleep_on(s, w, x, &wt);
+        if (r < 0)
+            return -1;
+        if (r == 0)
+            return RES_BUSY;
+        if (r == 2)
+            return RES_DAEMON;
+    }
+}
+
+/* Any session may release a Lock. */
+static int lock_release_core(uint64_t *w) {
+    uint64_t *aux = w + 1;
+    for (;;) {
+        uint64_t x = LOAD(w);
+        if ((x & MASK_LOW) == 0)
+            return RES_NOT_OWNER;
+        if (x & BIT_DAEMON)
+            return RES_DAEMON;
+        uint64_t tid = LOAD(aux);
+        STORE(aux, 0);
+        if (CAS(w, &x, x & ~(MASK_LOW | BIT_WAITERS))) {
+            if (x & BIT_WAITERS)
+                futex_wake_all(w);
+            return RES_OK;
+        }
+        uint64_t zero = 0;
+        CAS(aux, &zero, tid);
+    }
+}
+
+static int rlock_acquire_core(Segment *s, uint64_t *w, uint64_t slot, uint64_t tid, double timeout) {
+    uint64_t *aux = w + 1;
+    Wait wt = {0, 0};
+    int started = 0;
+    for (;;) {
+        uint64_t x = LOAD(w);
+        uint64_t owner = x & MASK_LOW;
+        if (owner == slot && LOAD(aux) == tid) {
+            if ((x >> DEPTH_SHIFT) == 0xffffffffULL)
+                return RES_DAEMON;
+            if (CAS(w, &x, x + DEPTH_ONE))
+                return RES_OK;
+            continue;
+        }
+        if (x & BIT_DAEMON)
+            return RES_DAEMON;
+        if (owner == 0) {
+            if (CAS(w, &x, (x & BIT_WAITERS) | slot | DEPTH_ONE)) {
+                STORE(aux, tid);
+                return RES_OK;
+            }
+            continue;
+        }
+        if (timeout == 0)
+            return RES_BUSY;
+        if (!started) {
+            wait_init(&wt, timeout);
+            started = 1;
+        }
+        int r = sleep_on(s, w, x, &wt);
+        if (r < 0)
+            return -1;
+        if (r == 0)
+            return RES_BUSY;
+        if (r == 2)
+            return RES_DAEMON;
+    }
+}
+
+static int rlock_release_core(uint64_t *w, uint64_t slot, uint64_t tid) {
+    uint64_t *aux = w + 1;
+    for (;;) {
+        uint64_t x = LOAD(w);
+        if ((x & MASK_LOW) != slot || LOAD(aux) != tid)
+            return RES_NOT_OWNER;
+        if ((x >> DEPTH_SHIFT) > 1) {
+            if (CAS(w, &x, x - DEPTH_ONE))
+                return RES_OK;
+            continue;
+        }
+        if (x & BIT_DAEMON)
+            return RES_DAEMON;
+        STORE(aux, 0);
+        if (CAS(w, &x, 0)) {
+            if (x & BIT_WAITERS)
+                futex_wake_all(w);
+            return RES_OK;
+        }
+        STORE(aux, tid); /* still the owner: put it back */
+    }
+}
+
+static PyObject *result(int r) { return r < 0 ? NULL : PyLong_FromLong(r); }
 
 /* lock_acquire(off, slot, tid, timeout) -> OK | BUSY | DAEMON */
 static PyObject *seg_lock_acquire(Segment *s, PyObject *const *args, Py_ssize_t nargs) {
@@ -193,34 +312,7 @@ static PyObject *seg_lock_acquire(Segment *s, PyObject *const *args, Py_ssize_t 
     if (w == NULL || get_slot(args[1], &slot) < 0 || get_tid(args[2], &tid) < 0 ||
         get_timeout(args[3], &timeout) < 0)
         return NULL;
-    uint64_t *aux = w + 1;
-    Wait wt = {0, 0};
-    int started = 0;
-    for (;;) {
-        uint64_t x = LOAD(w);
-        if (x & BIT_DAEMON)
-            return PyLong_FromLong(RES_DAEMON);
-        if ((x & MASK_LOW) == 0) {
-            if (CAS(w, &x, x | slot)) {
-                STORE(aux, tid);
-                return PyLong_FromLong(RES_OK);
-            }
-            continue;
-        }
-        if (timeout == 0)
-            return PyLong_FromLong(RES_BUSY);
-        if (!started) {
-            wait_init(&wt, timeout);
-            started = 1;
-        }
-        int r = sleep_on(s, w, x, &wt);
-        if (r < 0)
-            return NULL;
-        if (r == 0)
-            return PyLong_FromLong(RES_BUSY);
-        if (r == 2)
-            return PyLong_FromLong(RES_DAEMON);
-    }
+    return result(lock_acquire_core(s, w, slot, tid, timeout));
 }
 
 /* lock_release(off) -> OK | DAEMON | NOT_OWNER; any session may release */
@@ -229,26 +321,8 @@ static PyObject *seg_lock_release(Segment *s, PyObject *const *args, Py_ssize_t 
     uint64_t *w = word_at(s, args[0], 0);
     if (w == NULL)
         return NULL;
-    uint64_t *aux = w + 1;
-    for (;;) {
-        uint64_t x = LOAD(w);
-        if ((x & MASK_LOW) == 0)
-            return PyLong_FromLong(RES_NOT_OWNER);
-        if (x & BIT_DAEMON)
-            return PyLong_FromLong(RES_DAEMON);
-        uint64_t tid = LOAD(aux);
-        STORE(aux, 0);
-        if (CAS(w, &x, x & ~(MASK_LOW | BIT_WAITERS))) {
-            if (x & BIT_WAITERS)
-                futex_wake_all(w);
-            return PyLong_FromLong(RES_OK);
-        }
-        uint64_t zero = 0;
-        CAS(aux, &zero, tid);
-    }
+    return result(lock_release_core(w));
 }
-
-/* --- RLock --------------------------------------------------------------- */
 
 /* rlock_acquire(off, slot, tid, timeout) -> OK | BUSY | DAEMON */
 static PyObject *seg_rlock_acquire(Segment *s, PyObject *const *args, Py_ssize_t nargs) {
@@ -258,42 +332,7 @@ static PyObject *seg_rlock_acquire(Segment *s, PyObject *const *args, Py_ssize_t
     if (w == NULL || get_slot(args[1], &slot) < 0 || get_tid(args[2], &tid) < 0 ||
         get_timeout(args[3], &timeout) < 0)
         return NULL;
-    uint64_t *aux = w + 1;
-    Wait wt = {0, 0};
-    int started = 0;
-    for (;;) {
-        uint64_t x = LOAD(w);
-        uint64_t owner = x & MASK_LOW;
-        if (owner == slot && LOAD(aux) == tid) {
-            if ((x >> DEPTH_SHIFT) == 0xffffffffULL)
-                return PyLong_FromLong(RES_DAEMON);
-            if (CAS(w, &x, x + DEPTH_ONE))
-                return PyLong_FromLong(RES_OK);
-            continue;
-        }
-        if (x & BIT_DAEMON)
-            return PyLong_FromLong(RES_DAEMON);
-        if (owner == 0) {
-            if (CAS(w, &x, (x & BIT_WAITERS) | slot | DEPTH_ONE)) {
-                STORE(aux, tid);
-                return PyLong_FromLong(RES_OK);
-            }
-            continue;
-        }
-        if (timeout == 0)
-            return PyLong_FromLong(RES_BUSY);
-        if (!started) {
-            wait_init(&wt, timeout);
-            started = 1;
-        }
-        int r = sleep_on(s, w, x, &wt);
-        if (r < 0)
-            return NULL;
-        if (r == 0)
-            return PyLong_FromLong(RES_BUSY);
-        if (r == 2)
-            return PyLong_FromLong(RES_DAEMON);
-    }
+    return result(rlock_acquire_core(s, w, slot, tid, timeout));
 }
 
 /* rlock_release(off, slot, tid) -> OK | DAEMON | NOT_OWNER */
@@ -302,26 +341,7 @@ static PyObject *seg_rlock_release(Segment *s, PyObject *const *args, Py_ssize_t
     uint64_t *w = word_at(s, args[0], 0), slot, tid;
     if (w == NULL || get_slot(args[1], &slot) < 0 || get_tid(args[2], &tid) < 0)
         return NULL;
-    uint64_t *aux = w + 1;
-    for (;;) {
-        uint64_t x = LOAD(w);
-        if ((x & MASK_LOW) != slot || LOAD(aux) != tid)
-            return PyLong_FromLong(RES_NOT_OWNER);
-        if ((x >> DEPTH_SHIFT) > 1) {
-            if (CAS(w, &x, x - DEPTH_ONE))
-                return PyLong_FromLong(RES_OK);
-            continue;
-        }
-        if (x & BIT_DAEMON)
-            return PyLong_FromLong(RES_DAEMON);
-        STORE(aux, 0);
-        if (CAS(w, &x, 0)) {
-            if (x & BIT_WAITERS)
-                futex_wake_all(w);
-            return PyLong_FromLong(RES_OK);
-        }
-        STORE(aux, tid); /* still the owner: put it back */
-    }
+    return result(rlock_release_core(w, slot, tid));
 }
 
 /* --- Event --------------------------------------------------------------- */
@@ -633,6 +653,15 @@ static PyObject *seg_detach(Segment *s, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+/* invalidate(): stop using the segment without waking anyone (a forked
+ * child, whose session is not the parent's). */
+static PyObject *seg_invalidate(Segment *s, PyObject *const *args, Py_ssize_t nargs) {
+    (void)args;
+    NARGS(0, "invalidate");
+    STORE(&s->detached, 1);
+    Py_RETURN_NONE;
+}
+
 /* --- the Segment type ---------------------------------------------------- */
 
 static int seg_init(Segment *s, PyObject *args, PyObject *kw) {
@@ -709,6 +738,7 @@ static PyMethodDef seg_methods[] = {
     M(value_cas, "value_cas(off, cls, expected, new) -> bool"),
     M(state, "state(off) -> the raw state word"),
     M(detach, "detach(): wake this process's sleepers, which then answer DAEMON"),
+    M(invalidate, "invalidate(): every later wait answers DAEMON at once (after a fork)"),
     M(tag, "tag(off) -> the object slot's tag"),
     {NULL, NULL, 0, NULL},
 };
@@ -732,6 +762,115 @@ static PyTypeObject SegmentType = {
     .tp_getset = seg_getset,
 };
 
+/* --- LockHandle: a proxy's acquire and release in C ---------------------- */
+
+/*
+ * LockHandle(seg, off, slot, rlock, slow_acquire, slow_release): bound
+ * methods acquire and release for one Lock or RLock proxy. The common calls
+ * (acquire() with no arguments, release()) run here with no Python frame;
+ * anything else (arguments, a DAEMON answer, an error, a detached segment)
+ * goes to slow_acquire(*args, **kw) or slow_release(), the Python methods
+ * that handle every case.
+ */
+typedef struct {
+    PyObject_HEAD
+    Segment *seg;
+    uint64_t *w;
+    uint64_t slot;
+    int rlock;
+    PyObject *slow_acquire;
+    PyObject *slow_release;
+} Handle;
+
+static int handle_init(Handle *h, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"seg", "off", "slot", "rlock", "slow_acquire", "slow_release", NULL};
+    PyObject *seg, *off, *slot, *sa, *sr;
+    int rlock;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OOpOO", kwlist, &SegmentType, &seg, &off, &slot, &rlock, &sa,
+                                     &sr))
+        return -1;
+    if (h->seg != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "handle already initialised");
+        return -1;
+    }
+    uint64_t *w = word_at((Segment *)seg, off, 0), sl;
+    if (w == NULL || get_slot(slot, &sl) < 0)
+        return -1;
+    if (!PyCallable_Check(sa) || !PyCallable_Check(sr)) {
+        PyErr_SetString(PyExc_TypeError, "slow paths must be callable");
+        return -1;
+    }
+    Py_INCREF(seg);
+    Py_INCREF(sa);
+    Py_INCREF(sr);
+    h->seg = (Segment *)seg;
+    h->w = w;
+    h->slot = sl;
+    h->rlock = rlock;
+    h->slow_acquire = sa;
+    h->slow_release = sr;
+    return 0;
+}
+
+static void handle_dealloc(Handle *h) {
+    Py_XDECREF(h->seg);
+    Py_XDECREF(h->slow_acquire);
+    Py_XDECREF(h->slow_release);
+    Py_TYPE(h)->tp_free((PyObject *)h);
+}
+
+static PyObject *handle_acquire(Handle *h, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    if (h->seg == NULL) {
+        PyErr_SetString(PyExc_ValueError, "uninitialised handle");
+        return NULL;
+    }
+    if (nargs == 0 && kwnames == NULL && !LOAD(&h->seg->detached)) {
+        uint64_t tid = (uint64_t)PyThread_get_thread_ident();
+        int r = h->rlock ? rlock_acquire_core(h->seg, h->w, h->slot, tid, -1.0)
+                         : lock_acquire_core(h->seg, h->w, h->slot, tid, -1.0);
+        if (r < 0)
+            return NULL;
+        if (r == RES_OK)
+            Py_RETURN_TRUE;
+    }
+    return PyObject_Vectorcall(h->slow_acquire, args, (size_t)nargs, kwnames);
+}
+
+static PyObject *handle_release(Handle *h, PyObject *const *args, Py_ssize_t nargs) {
+    (void)args;
+    NARGS(0, "release");
+    if (h->seg == NULL) {
+        PyErr_SetString(PyExc_ValueError, "uninitialised handle");
+        return NULL;
+    }
+    if (!LOAD(&h->seg->detached)) {
+        int r = h->rlock ? rlock_release_core(h->w, h->slot, (uint64_t)PyThread_get_thread_ident())
+                         : lock_release_core(h->w);
+        if (r == RES_OK)
+            Py_RETURN_NONE;
+    }
+    return PyObject_CallNoArgs(h->slow_release);
+}
+
+static PyMethodDef handle_methods[] = {
+    {"acquire", (PyCFunction)(void (*)(void))handle_acquire, METH_FASTCALL | METH_KEYWORDS,
+     "acquire(blocking=True, timeout=None) -> bool"},
+    {"release", (PyCFunction)(void (*)(void))handle_release, METH_FASTCALL, "release()"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject HandleType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "syncmgr._fastpath.LockHandle",
+    .tp_basicsize = sizeof(Handle),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "LockHandle(seg, off, slot, rlock, slow_acquire, slow_release)",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)handle_init,
+    .tp_dealloc = (destructor)handle_dealloc,
+    .tp_methods = handle_methods,
+};
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "syncmgr._fastpath",
@@ -740,19 +879,22 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__fastpath(void) {
-    if (PyType_Ready(&SegmentType) < 0)
+    if (PyType_Ready(&SegmentType) < 0 || PyType_Ready(&HandleType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
     Py_INCREF(&SegmentType);
+    Py_INCREF(&HandleType);
     if (PyModule_AddObject(m, "Segment", (PyObject *)&SegmentType) < 0 ||
+        PyModule_AddObject(m, "LockHandle", (PyObject *)&HandleType) < 0 ||
         PyModule_AddIntConstant(m, "OK", RES_OK) < 0 || PyModule_AddIntConstant(m, "BUSY", RES_BUSY) < 0 ||
         PyModule_AddIntConstant(m, "DAEMON", RES_DAEMON) < 0 ||
         PyModule_AddIntConstant(m, "NOT_OWNER", RES_NOT_OWNER) < 0 ||
         PyModule_AddIntConstant(m, "SLOT_SIZE", SLOT_SIZE) < 0 ||
         PyModule_AddIntConstant(m, "MAX_SLOT", (long)MASK_LOW) < 0) {
         Py_DECREF(&SegmentType);
+        Py_DECREF(&HandleType);
         Py_DECREF(m);
         return NULL;
     }
