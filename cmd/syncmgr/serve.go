@@ -108,8 +108,9 @@ func runServe(ctx context.Context, args []string) error {
 		// The same-host fast path (package statemem). Without it every
 		// client uses the socket, which is correct, only slower.
 		// Named by the address, so a daemon restarted on the same address
-		// replaces the file a killed one left.
-		name := "syncmgr-state-" + strings.TrimSuffix(strings.TrimPrefix(shmregistry.Prefix(id), "syncmgr-"), "-")
+		// replaces the file a killed one left; not "syncmgr-<hash>-...",
+		// which are the shared-memory registry's segment files.
+		name := "syncmgr.state-" + strings.TrimSuffix(strings.TrimPrefix(shmregistry.Prefix(id), "syncmgr-"), "-")
 		seg, err := statemem.Create(*fastDir, name, *fastObjects+1)
 		if err != nil {
 			log.Warn().Err(err).Msg("fast path disabled")
