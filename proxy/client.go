@@ -54,6 +54,7 @@ type options struct {
 	tls     *tls.Config
 	session []byte
 	label   string
+	fast    bool
 }
 
 // WithTLS wraps TCP connections in TLS.
@@ -78,6 +79,9 @@ type Client struct {
 	nextID  uint64
 	err     error // set once the connection is dead
 	done    chan struct{}
+
+	fast    *fastPath // the same-host fast path (fastpath.go); nil: socket only
+	fastWhy string
 }
 
 // ParseAddress splits "tcp://host:port", "unix:///path" or a bare path into
@@ -131,6 +135,9 @@ func Dial(ctx context.Context, address string, key []byte, opts ...Option) (*Cli
 	_ = nc.SetDeadline(time.Time{})
 	c := &Client{nc: nc, info: info, pending: make(map[uint64]chan outcome), done: make(chan struct{})}
 	go c.readLoop()
+	if o.fast {
+		c.attachFast(ctx, network)
+	}
 	return c, nil
 }
 

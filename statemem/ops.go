@@ -212,9 +212,17 @@ func EventClear(w *uint64) {
 // EventWait waits until the flag is set (or was set and cleared again since
 // the call) or the timeout passes, and reports whether it was set.
 func EventWait(w *uint64, timeout time.Duration) bool {
+	return EventWaitSince(w, EventGen(w), timeout)
+}
+
+// EventGen returns the Event's generation, for EventWaitSince.
+func EventGen(w *uint64) uint64 { return atomic.LoadUint64(w) & EventGenMax }
+
+// EventWaitSince is EventWait counting any set since generation gen, so a
+// caller that waits in several calls misses no set between them.
+func EventWaitSince(w *uint64, gen uint64, timeout time.Duration) bool {
 	deadline := deadlineOf(timeout)
 	x := atomic.LoadUint64(w)
-	gen := x & EventGenMax
 	for {
 		if x&EventFlag != 0 || x&EventGenMax != gen {
 			return true
