@@ -8,7 +8,7 @@ PY      := $(VENV)/bin/python
 BIN     := bin/syncmgr
 GOFILES := $(shell find . -name '*.go' -not -path './.venv/*' 2>/dev/null)
 
-.PHONY: all build venv test test-go test-py lint lint-py fuzz demo bench bench-smoke soak soak-smoke clean
+.PHONY: all build venv test test-go test-py test-outside lint lint-py fuzz demo bench bench-smoke soak soak-smoke clean
 
 all: build
 
@@ -40,7 +40,7 @@ fuzz:
 	$(GO) test ./auth -run '^$$' -fuzz '^FuzzServerHandshake$$' -fuzztime $$(( $(FUZZN) / 10 ))x
 
 lint-py: venv
-	$(VENV)/bin/ruff check pyclient tests/python examples bench
+	$(VENV)/bin/ruff check pyclient tests/python tests/outside examples bench
 
 test-py: build venv lint-py
 	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) -m pytest -q tests/python
@@ -52,7 +52,13 @@ soak: build
 soak-smoke: build
 	$(GO) run ./tests/soak -bin $(BIN) -clients 16 -ops 400 -kill-every 50ms -max-time 120s
 
-test: test-go fuzz soak-smoke bench-smoke test-py
+# Test suites written outside this project (CPython's manager tests, cpprb's
+# multiprocessing tests) with syncmgr as the manager, beside the stock manager;
+# one line of counts per suite and start method (tests/outside/run_outside.py).
+test-outside: build venv
+	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) tests/outside/run_outside.py $(OUTSIDE_ARGS)
+
+test: test-go fuzz soak-smoke bench-smoke test-py test-outside
 
 demo: build venv
 	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) examples/ray_replay_demo.py $(DEMO_ARGS)

@@ -249,7 +249,7 @@ class Manager:
         """A shared namespace; attributes live on the daemon."""
         ns = self._create(_containers.NamespaceProxy, name)
         if attrs:
-            ns.update(attrs)
+            ns._update(attrs)
         return ns
 
     # --- shared memory -----------------------------------------------------------
