@@ -144,15 +144,16 @@ func (s *LockState) Owner() Slot { return Slot(s.W0.Load() & slotMask) }
 
 // TryTake sets the owner when the lock is free; it reports whether it did.
 func (s *LockState) TryTake(slot Slot, tid int64) bool {
-	old := s.W0.Load()
-	if old&slotMask != 0 {
-		return false
+	for { // a CAS fails only when a client changed the word meanwhile: look again
+		old := s.W0.Load()
+		if old&slotMask != 0 {
+			return false
+		}
+		if s.W0.CompareAndSwap(old, old|uint64(slot)) {
+			s.TID.Store(uint64(tid))
+			return true
+		}
 	}
-	if !s.W0.CompareAndSwap(old, old|uint64(slot)) {
-		return false
-	}
-	s.TID.Store(uint64(tid))
-	return true
 }
 
 // Transfer makes (slot, tid) the owner of a held lock, handing it from
@@ -180,6 +181,21 @@ type RLockState struct {
 func (s *RLockState) Owner() (slot Slot, tid int64, depth int64) {
 	x := s.W0.Load()
 	return Slot(x & slotMask), int64(s.TID.Load()), int64(x >> depthShift)
+}
+
+// TryTake makes (slot, tid) the owner at depth 1 if the lock is free, by
+// compare-and-swap, and reports whether it did.
+func (s *RLockState) TryTake(slot Slot, tid int64) bool {
+	for {
+		old := s.W0.Load()
+		if old&slotMask != 0 {
+			return false
+		}
+		if s.W0.CompareAndSwap(old, old&(waitersBit|sleepersBit)|uint64(slot)|1<<depthShift) {
+			s.TID.Store(uint64(tid))
+			return true
+		}
+	}
 }
 
 // Set makes (slot, tid) the owner at depth; depth 0 frees the lock and

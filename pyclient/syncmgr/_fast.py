@@ -15,7 +15,7 @@ The fast path is used when all of these hold, and otherwise every op goes
 over the socket as before:
 
 * the extension was built (a C compiler at install time) and
-  ``SYNCMGR_FASTPATH`` is not ``0``;
+  ``SYNCMGR_FASTPATH=1`` is set (opt-in for now: see "Known issue" below);
 * the daemon is reached over a Unix socket and reports this host's boot id
   (``SYNCMGR_FASTPATH_BOOT_ID``, for tests only, replaces the local one);
 * the daemon agrees (``fastpath_attach``), the segment file passes the
@@ -25,6 +25,12 @@ Each process keeps one extra connection of its session open while it uses
 the fast path (the anchor): the session, and so the slot id written in the
 words, lives as long as that connection; if the daemon goes away the anchor
 sees it and every handle falls back to the socket path, which reports it.
+
+Known issue: cpprb's MPPrioritizedReplayBuffer with one forked explorer
+(the end-to-end case of ``make bench``) hangs in about half of the runs with
+the fast path on (explorer in ``Event.wait`` over the socket, learner in a
+fast ``Event.wait``, both events clear), also with Events kept on the
+socket; not yet understood. Hence opt-in.
 """
 
 from __future__ import annotations
@@ -63,8 +69,9 @@ _monotonic = time.monotonic
 
 
 def enabled_by_env() -> bool:
-    """Whether this process may use the fast path at all."""
-    return _ext is not None and os.environ.get("SYNCMGR_FASTPATH", "1") != "0"
+    """Whether this process may use the fast path at all: opt-in with
+    SYNCMGR_FASTPATH=1 until the known issue in the module docstring is fixed."""
+    return _ext is not None and os.environ.get("SYNCMGR_FASTPATH", "0") == "1"
 
 
 def _local_boot_id() -> str:

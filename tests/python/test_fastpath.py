@@ -21,13 +21,21 @@ import syncmgr
 from conftest import wait_until
 from syncmgr import _fast
 
-pytestmark = pytest.mark.skipif(not _fast.enabled_by_env(), reason="fast path not built or disabled")
+pytestmark = pytest.mark.skipif(_fast._ext is None or os.environ.get("SYNCMGR_FASTPATH") == "0",
+                                reason="fast path not built or disabled")
 CTX = mp.get_context("fork")
+
+
+@pytest.fixture(autouse=True)
+def fastpath_on(monkeypatch):
+    """The fast path is opt-in (SYNCMGR_FASTPATH=1) for now."""
+    monkeypatch.setenv("SYNCMGR_FASTPATH", "1")
 
 
 def run_py(daemon, code: str, **env: str) -> subprocess.Popen:
     """A fresh interpreter reaching the daemon, with extra environment."""
-    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], env={**daemon.env, **env},
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)],
+                            env={**daemon.env, "SYNCMGR_FASTPATH": "1", **env},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
