@@ -12,7 +12,7 @@ import (
 	"github.com/syncmgr/syncmgr/wire"
 )
 
-// The same-host fast path (docs/protocol.md section 10): with WithFastPath,
+// The same-host fast path (docs/protocol.md section 11): with WithFastPath,
 // a client on the daemon's Unix socket and host maps the daemon's state
 // segment, and the Lock, RLock, Condition-lock and Event handles it creates
 // change their words by compare-and-swap. Everything a word cannot do (the

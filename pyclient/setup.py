@@ -1,13 +1,16 @@
-"""Build step for the optional C extension syncmgr._fastpath.
+"""setuptools entry: metadata lives in pyproject.toml; the daemon build and
+the wheel's platform tag live in _daemon_build.py. The optional C extension
+syncmgr._fastpath (the same-host fast path) is built here: without a C
+compiler (or off Linux) the install succeeds without it and the client uses
+the socket path for every object."""
 
-Everything else about the package is declared in pyproject.toml. The
-extension is optional: without a C compiler (or off Linux) the install
-succeeds without it and the client uses the socket path for every object.
-"""
-
+import os
 import sys
 
 from setuptools import Extension, setup
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _daemon_build import cmdclass  # noqa: E402
 
 ext_modules = []
 if sys.platform.startswith("linux"):
@@ -20,4 +23,4 @@ if sys.platform.startswith("linux"):
         )
     )
 
-setup(ext_modules=ext_modules)
+setup(cmdclass=cmdclass, ext_modules=ext_modules)

@@ -35,6 +35,7 @@ from . import exceptions as exc
 from ._framing import HEADER, bin_reply, check_size, encode_request, frame, packb, sendmsg_all
 
 _log = logging.getLogger("syncmgr")
+_log.addHandler(logging.NullHandler())
 
 PROTOCOL_VERSION = 1
 _HANDSHAKE_MAX = 4 << 10
@@ -50,6 +51,46 @@ _IDLE_CHECK = 0.5
 _session_id = os.urandom(16)
 _clients: dict[str, Client] = {}
 _clients_lock = threading.Lock()
+
+
+_label: Optional[str] = None
+MAX_LABEL = 128
+
+
+def set_label(label: Optional[str]) -> None:
+    """Name this process in ``syncmgr status`` (None: the default label).
+    It applies to the connections this process opens from now on; the
+    daemon shows the label of a session's latest connection."""
+    global _label
+    if label is not None and not isinstance(label, str):
+        raise TypeError("a label is a str")
+    _label = label[:MAX_LABEL] if label is not None else None
+
+
+def current_label() -> str:
+    """The label the next connection presents: the one set with
+    ``set_label`` (or ``connect(label=...)``), else the program's name, its
+    pid, the multiprocessing process name when it is not the main process,
+    and the Ray worker id when running in a Ray worker."""
+    if _label is not None:
+        return _label
+    prog = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    parts = [f"{prog if prog not in ('', '-c', '-') else 'python'}[{os.getpid()}]"]
+    mp = sys.modules.get("multiprocessing")
+    if mp is not None:
+        name = mp.current_process().name
+        if name != "MainProcess":
+            parts.append(name)
+    ray = sys.modules.get("ray")
+    if ray is not None:
+        try:
+            if ray.is_initialized():
+                ctx = ray.get_runtime_context()
+                if ctx.worker.mode == ray.WORKER_MODE:
+                    parts.append(f"ray worker {ctx.get_worker_id()[:16]}")
+        except Exception:  # noqa: BLE001 - a label must never break a connection
+            pass
+    return " ".join(parts)[:MAX_LABEL]
 
 
 def _after_fork_in_child() -> None:
@@ -72,7 +113,54 @@ def default_address() -> str:
     run = os.environ.get("XDG_RUNTIME_DIR")
     if run:
         return os.path.join(run, "syncmgr.sock")
-    return os.path.join("/tmp", f"syncmgr-{os.getuid()}", "syncmgr.sock")
+    # As the daemon (Go's os.TempDir): $TMPDIR, else /tmp.
+    return os.path.join(os.environ.get("TMPDIR") or "/tmp", f"syncmgr-{os.getuid()}", "syncmgr.sock")
+
+
+TLS_ENV = ("SYNCMGR_TLS_CA", "SYNCMGR_TLS_CERT", "SYNCMGR_TLS_KEY", "SYNCMGR_TLS_SERVER_NAME")
+_env_tls: dict[tuple[str, ...], ssl.SSLContext] = {}
+
+
+def tls_context_from_env() -> Optional[ssl.SSLContext]:
+    """TLS for tcp:// addresses from the environment, or None when
+    $SYNCMGR_TLS_CA is not set: $SYNCMGR_TLS_CA (CA file to trust),
+    $SYNCMGR_TLS_CERT and $SYNCMGR_TLS_KEY (optional client certificate),
+    $SYNCMGR_TLS_SERVER_NAME (the name to check the certificate against;
+    default: the address's host). ``Manager.runtime_env()`` carries them."""
+    vals = tuple(os.environ.get(k, "") for k in TLS_ENV)
+    if not vals[0]:
+        return None
+    with _clients_lock:
+        ctx = _env_tls.get(vals)
+        if ctx is None:
+            try:
+                ctx = ssl.create_default_context(cafile=vals[0])
+                if vals[1]:
+                    ctx.load_cert_chain(vals[1], vals[2] or None)
+            except (OSError, ssl.SSLError) as e:
+                raise exc.ConnectError(f"TLS settings from the environment ($SYNCMGR_TLS_*): {e}") from e
+            _env_tls[vals] = ctx
+        return ctx
+
+
+def normalize_address(address: Any) -> str:
+    """A daemon address as a string that means the same in any process.
+
+    A ``(host, port)`` pair (as ``multiprocessing.managers`` takes) becomes
+    ``tcp://host:port``; a relative socket path becomes absolute, so a proxy
+    pickled here still works in a child with another working directory.
+    """
+    if isinstance(address, (tuple, list)) and len(address) == 2:
+        host, port = address
+        host = str(host)
+        return f"tcp://[{host}]:{int(port)}" if ":" in host else f"tcp://{host}:{int(port)}"
+    if not isinstance(address, str):
+        raise TypeError(f"a syncmgr address is a socket path, 'tcp://host:port' or (host, port), not {address!r}")
+    if address.startswith("tcp://"):
+        return address
+    if address.startswith("unix://"):
+        return "unix://" + os.path.abspath(address[len("unix://"):])
+    return os.path.abspath(address) if address else address
 
 
 def key_from_env() -> bytes:
@@ -161,6 +249,9 @@ def key_for(address: str) -> bytes:
 
 def get_client(address: str, authkey: Optional[bytes] = None, ssl_context: Optional[ssl.SSLContext] = None) -> Client:
     """The process's client for address (created on first use)."""
+    address = normalize_address(address)
+    if ssl_context is None and address.startswith("tcp://"):
+        ssl_context = tls_context_from_env()
     with _clients_lock:
         c = _clients.get(address)
         if c is None or (authkey is not None and c._key != authkey) or (
@@ -208,8 +299,7 @@ class Connection:
             self.max_frame = int(hello.get("max_frame", self.max_frame))
             auth = {"t": "auth", "version": PROTOCOL_VERSION, "nonce": nc,
                     "mac": hmac.new(key, _CLIENT_LABEL + ns + nc, hashlib.sha256).digest(),
-                    "session": session, "pid": os.getpid(),
-                    "label": f"python {sys.version_info[0]}.{sys.version_info[1]} {socket.gethostname()}"[:128]}
+                    "session": session, "pid": os.getpid(), "label": current_label()}
             self._send([frame(packb(auth))])
             welcome = msgpack.unpackb(self._recv_frame(_HANDSHAKE_MAX), raw=False)
             if isinstance(welcome, dict) and welcome.get("t") == "error":
@@ -220,6 +310,13 @@ class Connection:
             if not hmac.compare_digest(welcome.get("mac", b""), expect):
                 raise exc.AuthenticationError(f"the server at {self.address} did not prove it knows the authkey")
             self.boot_id = welcome.get("boot_id", "")
+        except exc.ServerGoneError as e:
+            # Closed before the handshake ended: the daemon dropped us to make
+            # room (too many connections in the handshake) or is stopping.
+            raise exc.ConnectError(
+                f"syncmgr at {self.address} closed the connection during the handshake: the server is busy "
+                "(too many connections waiting to authenticate) or shutting down; try again"
+            ) from e
         except (OSError, ValueError, msgpack.UnpackException) as e:
             if isinstance(e, exc.SyncMgrError):
                 raise
@@ -321,6 +418,27 @@ def _alive(sock: socket.socket) -> bool:
         return False
 
 
+def _check_server_uid(sock: socket.socket, address: str) -> None:
+    """Refuse a Unix socket whose listener runs as another user than ours or
+    root (SO_PEERCRED), before sending anything: another user could have put
+    their socket at the path to capture the handshake. $SYNCMGR_SERVER_UID
+    names one more uid to accept (a daemon shared with --allow-other-users)."""
+    if not hasattr(socket, "SO_PEERCRED"):  # pragma: no cover - not Linux
+        return
+    import struct
+
+    _pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    allowed = {os.geteuid(), 0}
+    extra = os.environ.get("SYNCMGR_SERVER_UID", "")
+    if extra.isdigit():
+        allowed.add(int(extra))
+    if uid not in allowed:
+        raise exc.ConnectError(
+            f"the syncmgr socket at {address} belongs to a process of uid {uid}, not ours ({os.geteuid()}): refusing "
+            "to talk to it (set SYNCMGR_SERVER_UID to that uid if the daemon is shared on purpose)"
+        )
+
+
 def _connect(address: str, ssl_context: Optional[ssl.SSLContext]) -> socket.socket:
     try:
         if address.startswith("tcp://"):
@@ -330,13 +448,21 @@ def _connect(address: str, ssl_context: Optional[ssl.SSLContext]) -> socket.sock
             sock = socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if ssl_context is not None:
-                sock = ssl_context.wrap_socket(sock, server_hostname=host)
+                sock = ssl_context.wrap_socket(sock, server_hostname=os.environ.get("SYNCMGR_TLS_SERVER_NAME") or host)
             return sock
         path = address[len("unix://"):] if address.startswith("unix://") else address
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(CONNECT_TIMEOUT)
         try:
             sock.connect(path)
+            _check_server_uid(sock, address)
+        except (FileNotFoundError, ConnectionRefusedError) as e:
+            sock.close()
+            raise exc.ConnectError(
+                f"no syncmgr daemon is running at {address} ({e.strerror}): start one with `syncmgr serve"
+                f"{'' if path == default_address() else ' --socket ' + path}` (or use syncmgr.Manager() for a "
+                "private one), or set SYNCMGR_ADDRESS to a running daemon's address"
+            ) from e
         except BaseException:
             sock.close()
             raise
@@ -366,6 +492,7 @@ class Client:
         self.boot_id = ""
         self.max_frame = 64 << 20
         self._connected_once = False
+        self._lost = False  # a connection was lost: log the next one made
 
     def _forget_after_fork(self) -> None:
         # The parent's sockets are not ours: drop them without a word on the wire.
@@ -392,12 +519,21 @@ class Client:
                 return conn
             conn.close()  # the daemon closed it (e.g. it restarted): the others are stale too
             self.close()
+            if not self._lost:
+                _log.info("syncmgr at %s closed idle connections (restarted?); reconnecting", self.address)
+                self._lost = True
         try:
             conn = Connection(self.address, self._key, _session_id, self._ssl)
         except exc.ConnectError as e:
             if self._connected_once:  # it was there before: the daemon is gone
+                _log.warning("syncmgr daemon at %s is gone: %s", self.address, e)
                 raise exc.ServerGoneError(f"the syncmgr daemon at {self.address} is gone: {e}") from e
             raise
+        if not self._connected_once:
+            _log.debug("connected to syncmgr at %s (pid %d)", self.address, os.getpid())
+        elif self._lost:
+            _log.info("reconnected to syncmgr at %s", self.address)
+        self._lost = False
         self.boot_id, self.max_frame = conn.boot_id, conn.max_frame
         self._connected_once = True
         return conn
@@ -461,11 +597,17 @@ class Client:
         except KeyboardInterrupt:
             self._interrupted(conn, rid, undo)
             raise
-        except exc.SyncMgrError:
+        except exc.SyncMgrError as e:
             conn.close()
+            if isinstance(e, exc.ServerGoneError) and not self._lost:
+                _log.warning("%s", e)
+                self._lost = True
             raise
         except OSError as e:
             conn.close()
+            if not self._lost:
+                _log.warning("lost the connection to syncmgr at %s: %s", self.address, e)
+                self._lost = True
             raise exc.ServerGoneError(f"lost the connection to syncmgr at {self.address}: {e}") from None
         except BaseException:
             conn.close()

@@ -117,7 +117,7 @@ func runWorker(id int, addr string, ops int, fast bool) int {
 			}
 		case n < 7:
 			item := fmt.Sprintf("%d:%d", id, i)
-			if err := q.Put(tctx, []byte(item)); err == nil {
+			if err := q.Put(tctx, item); err == nil {
 				fmt.Fprintln(out, "P", item)
 			} else {
 				fmt.Fprintln(out, "N")
@@ -125,7 +125,7 @@ func runWorker(id int, addr string, ops int, fast bool) int {
 		case n < 9:
 			gctx, gcancel := context.WithTimeout(ctx, 50*time.Millisecond)
 			if b, err := q.Get(gctx); err == nil {
-				fmt.Fprintln(out, "G", string(b))
+				fmt.Fprintln(out, "G", b)
 			} else {
 				fmt.Fprintln(out, "N")
 			}
@@ -323,7 +323,7 @@ func drive(bin string, nclients, ops int, killEvery, maxTime time.Duration, fast
 			}
 			break
 		}
-		remaining[string(b)] = true
+		remaining[fmt.Sprint(b)] = true
 	}
 	counterV, _ := c.Value(ctx, "soak.counter", "q", 0)
 	atomicV, _ := c.Value(ctx, "soak.atomic", "q", 0)
