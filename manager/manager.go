@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/syncmgr/syncmgr/wire"
@@ -70,11 +71,17 @@ type Config struct {
 	MaxObjects int
 	// MaxQueue caps a queue's maxsize.
 	MaxQueue int64
+	// MaxObjectBytes caps the bytes one queue (items and waiting putters'
+	// items), dict or list holds, counted with ItemCost; <= 0 for none.
+	MaxObjectBytes int64
+	// MaxBytes caps those bytes summed over the whole manager; <= 0 for none.
+	MaxBytes int64
 }
 
 // DefaultConfig returns the daemon's default limits.
 func DefaultConfig() Config {
-	return Config{ShareGrace: 10 * time.Minute, MaxObjectsPerSession: 262144, MaxObjects: 4 << 20, MaxQueue: 1_000_000}
+	return Config{ShareGrace: 10 * time.Minute, MaxObjectsPerSession: 262144, MaxObjects: 4 << 20, MaxQueue: 1_000_000,
+		MaxObjectBytes: 1 << 30, MaxBytes: 4 << 30}
 }
 
 type entry struct {
@@ -92,6 +99,7 @@ type Manager struct {
 	cfg Config
 
 	slots *Slots
+	bytes *byteLimits
 
 	mu       sync.RWMutex
 	objects  map[string]*entry
@@ -103,7 +111,7 @@ type Manager struct {
 
 // New returns an empty manager.
 func New(cfg Config) *Manager {
-	return &Manager{cfg: cfg, slots: NewSlots(), objects: make(map[string]*entry), sessions: make(map[uint64]*Session), byKey: make(map[string]*Session)}
+	return &Manager{cfg: cfg, slots: NewSlots(), bytes: &byteLimits{perObject: cfg.MaxObjectBytes, total: cfg.MaxBytes}, objects: make(map[string]*entry), sessions: make(map[uint64]*Session), byKey: make(map[string]*Session)}
 }
 
 // Slots returns the manager's slot allocator.
@@ -125,6 +133,10 @@ type Session struct {
 	refs    map[string]int
 	created int
 	ended   bool
+
+	// Parked counts the session's requests a transport holds waiting (over
+	// all its connections), for the transport's per-session cap.
+	Parked atomic.Int64
 
 	mu    sync.Mutex // leaf lock: taken inside object mutexes
 	holds map[holder]int
@@ -381,12 +393,15 @@ func (m *Manager) newObject(kind Kind, name string, p Params) (Object, error) {
 		if m.cfg.MaxQueue > 0 && p.MaxSize > m.cfg.MaxQueue {
 			return nil, fmt.Errorf("%w: maxsize %d is over the server's limit of %d (--max-queue)", ErrValue, p.MaxSize, m.cfg.MaxQueue)
 		}
-		return newQueue(name, p.MaxSize), nil
+		q := newQueue(name, p.MaxSize)
+		q.lim = m.bytes
+		return q, nil
 	case KindJoinableQueue:
 		if m.cfg.MaxQueue > 0 && p.MaxSize > m.cfg.MaxQueue {
 			return nil, fmt.Errorf("%w: maxsize %d is over the server's limit of %d (--max-queue)", ErrValue, p.MaxSize, m.cfg.MaxQueue)
 		}
 		q := newQueue(name, p.MaxSize)
+		q.lim = m.bytes
 		q.joinable = true
 		return q, nil
 	case KindCondition:
@@ -406,9 +421,13 @@ func (m *Manager) newObject(kind Kind, name string, p Params) (Object, error) {
 	case KindBarrier:
 		return newBarrier(name, p.Parties, p.Action, p.Timeout)
 	case KindDict, KindNamespace:
-		return newDict(name, kind), nil
+		d := newDict(name, kind)
+		d.lim = m.bytes
+		return d, nil
 	case KindList:
-		return newList(name), nil
+		l := newList(name)
+		l.lim = m.bytes
+		return l, nil
 	default:
 		return nil, fmt.Errorf("%w %q", ErrUnknownKind, kind)
 	}

@@ -314,12 +314,21 @@ func (c *conn) park(id uint64, wait waitFunc) error {
 			cancel()
 			return wire.Errorf(wire.CodeBadRequest, "request id %d is already in flight", id)
 		}
+	}
+	if n := c.sess.Parked.Add(1); n > c.srv.cfg.MaxParked {
+		c.sess.Parked.Add(-1)
+		c.pmu.Unlock()
+		cancel()
+		return fmt.Errorf("%w: this client has %d requests waiting (--max-parked)", manager.ErrLimit, n-1)
+	}
+	if id != 0 {
 		c.parked[id] = cancel
 	}
 	c.pwg.Add(1)
 	c.pmu.Unlock()
 	go func() {
 		defer c.pwg.Done()
+		defer c.sess.Parked.Add(-1)
 		res, g, err := wait(ctx)
 		c.pmu.Lock()
 		if id != 0 {

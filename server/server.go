@@ -17,6 +17,11 @@ import (
 	"github.com/syncmgr/syncmgr/shmregistry"
 )
 
+// DefaultMaxParked is how many requests one session may have waiting at
+// once by default. A waiting request costs a few KiB (its goroutine, timer
+// and context), so this caps one client at tens of MB.
+const DefaultMaxParked = 10000
+
 // Version is the daemon's version string.
 const Version = "0.1.0"
 
@@ -28,6 +33,7 @@ type Config struct {
 	WriteTimeout       time.Duration         // a reply not written in this time kills the connection
 	MaxUnauthenticated int                   // connections allowed in the handshake at once
 	MaxConns           int                   // authenticated connections allowed at once
+	MaxParked          int64                 // requests one session may have waiting at once
 	AllowOtherUsers    bool                  // accept Unix peers with another uid
 	Shm                *shmregistry.Registry // shared-memory segments; nil disables the shm ops
 	Logger             zerolog.Logger
@@ -77,6 +83,9 @@ func New(cfg Config, mgr *manager.Manager) (*Server, error) {
 	}
 	if cfg.MaxConns <= 0 {
 		cfg.MaxConns = 8192
+	}
+	if cfg.MaxParked <= 0 {
+		cfg.MaxParked = DefaultMaxParked
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Server{cfg: cfg, mgr: mgr, ops: newOpTable(), log: cfg.Logger, bootID: BootID(), start: time.Now(),

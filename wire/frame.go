@@ -50,14 +50,27 @@ func ReadHeader(r io.Reader) (uint32, error) {
 // ReadBody reads a frame body of n bytes; the caller has checked n against
 // its limit.
 func ReadBody(r io.Reader, n uint32) ([]byte, error) {
-	body := make([]byte, n)
-	if _, err := io.ReadFull(r, body); err != nil {
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF
+	// Memory follows the bytes that arrive, not the declared length: a
+	// header announcing 64 MiB followed by silence costs 1 MiB, not 64.
+	const step = 1 << 20
+	body := make([]byte, min(n, step))
+	got := 0
+	for {
+		m, err := io.ReadFull(r, body[got:])
+		got += m
+		if err != nil || got == int(n) {
+			if err == nil {
+				return body, nil
+			}
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, fmt.Errorf("read frame body: %w", err)
 		}
-		return nil, fmt.Errorf("read frame body: %w", err)
+		grown := make([]byte, min(int(n), 2*len(body)))
+		copy(grown, body)
+		body = grown
 	}
-	return body, nil
 }
 
 // WriteFrame writes body as one frame with a single Write call.
