@@ -100,7 +100,7 @@ func (c *conn) handshake() (*auth.Peer, error) {
 	}
 	_ = c.nc.SetDeadline(time.Now().Add(c.srv.cfg.HandshakeTimeout))
 	peer, err := auth.Server(c.nc, auth.ServerConfig{Key: c.srv.cfg.Key, MaxFrame: c.srv.cfg.MaxFrame,
-		Server: "syncmgr " + Version, BootID: c.srv.bootID, PID: os.Getpid(), ConnID: c.id})
+		Server: "syncmgr " + Version, BootID: c.srv.bootID, PID: os.Getpid(), ConnID: c.id, RunID: c.srv.runID})
 	if err != nil {
 		var he *auth.HandshakeError
 		if errors.As(err, &he) && he.Code == wire.CodeAuthFailed {
@@ -211,6 +211,13 @@ func (c *conn) skipOversized(br *bufio.Reader, n uint32) error {
 func (c *conn) dispatch(req *wire.Request) {
 	if c.srv.closing.Load() {
 		c.reply(req.ID, nil, manager.ErrShutdown)
+		return
+	}
+	if run, ok := req.Args[wire.ArgRun]; ok && run != c.srv.runID {
+		// State got under an earlier run is gone; acting on whatever now
+		// has the same name (a lock someone else holds) would be wrong.
+		c.reply(req.ID, nil, wire.Errorf(wire.CodeServerRestarted,
+			"the daemon restarted since this state was acquired (run %v, now %s); it was lost", run, c.srv.runID))
 		return
 	}
 	o, err := c.srv.ops.find(req)

@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -46,6 +48,7 @@ type Server struct {
 	ops    *opTable
 	log    zerolog.Logger
 	bootID string
+	runID  string // random, new at each start: told in the handshake
 	start  time.Time
 
 	ctx    context.Context // cancelled on shutdown
@@ -88,7 +91,7 @@ func New(cfg Config, mgr *manager.Manager) (*Server, error) {
 		cfg.MaxParked = DefaultMaxParked
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{cfg: cfg, mgr: mgr, ops: newOpTable(), log: cfg.Logger, bootID: BootID(), start: time.Now(),
+	return &Server{cfg: cfg, mgr: mgr, ops: newOpTable(), log: cfg.Logger, bootID: BootID(), runID: newRunID(), start: time.Now(),
 		ctx: ctx, cancel: cancel, conns: make(map[*conn]struct{})}, nil
 }
 
@@ -214,6 +217,7 @@ type Stats struct {
 	Objects         int     `msgpack:"objects"`
 	Sessions        int     `msgpack:"sessions"`
 	BootID          string  `msgpack:"boot_id"`
+	RunID           string  `msgpack:"run_id"`
 	MaxFrame        uint32  `msgpack:"max_frame"`
 	ObjectsListed   int     `msgpack:"objects_listed"`
 	ObjectsOmmitted int     `msgpack:"objects_omitted"`
@@ -237,6 +241,16 @@ func RSS() int64 {
 	}
 	return pages * int64(os.Getpagesize())
 }
+
+// newRunID returns a random id for this run of the daemon.
+func newRunID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// RunID returns the id of this run of the daemon, sent in every handshake.
+func (s *Server) RunID() string { return s.runID }
 
 // BootID returns the host's boot id, or "" where there is none.
 func BootID() string {

@@ -179,6 +179,7 @@ class Connection:
         self.sock = _connect(address, ssl_context)
         self.max_frame = 64 << 20
         self.boot_id = ""
+        self.run_id = ""
         self.closed = False
         self.last_used = 0.0
         self._rbuf = bytearray(256 << 10)
@@ -220,6 +221,7 @@ class Connection:
             if not hmac.compare_digest(welcome.get("mac", b""), expect):
                 raise exc.AuthenticationError(f"the server at {self.address} did not prove it knows the authkey")
             self.boot_id = welcome.get("boot_id", "")
+            self.run_id = str(welcome.get("run", ""))
         except (OSError, ValueError, msgpack.UnpackException) as e:
             if isinstance(e, exc.SyncMgrError):
                 raise
@@ -364,6 +366,7 @@ class Client:
         self._notes: collections.deque[tuple[str, dict[str, Any]]] = collections.deque()
         self._ids = itertools.count(1)
         self.boot_id = ""
+        self.run_id = ""
         self.max_frame = 64 << 20
         self._connected_once = False
 
@@ -398,7 +401,7 @@ class Client:
             if self._connected_once:  # it was there before: the daemon is gone
                 raise exc.ServerGoneError(f"the syncmgr daemon at {self.address} is gone: {e}") from e
             raise
-        self.boot_id, self.max_frame = conn.boot_id, conn.max_frame
+        self.boot_id, self.run_id, self.max_frame = conn.boot_id, conn.run_id, conn.max_frame
         self._connected_once = True
         return conn
 
