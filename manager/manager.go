@@ -65,7 +65,9 @@ type Config struct {
 	// ShareGrace is how long an anonymous object that was shared (e.g.
 	// pickled) outlives its last reference.
 	ShareGrace time.Duration
-	// MaxObjectsPerSession caps the live objects one session has created.
+	// MaxObjectsPerSession caps the live objects one client has created:
+	// one peer (see OpenSessionFrom) over all its sessions, so reconnecting
+	// does not reset the count. Sessions without a peer count alone.
 	MaxObjectsPerSession int
 	// MaxObjects caps the objects in the manager.
 	MaxObjects int
@@ -91,7 +93,16 @@ type entry struct {
 	shared  bool // handed to another process: linger for ShareGrace
 	grace   *time.Timer
 	graceN  uint64 // counts grace periods, so a stale timer knows it is stale
-	creator *Session
+	creator *peer  // whose object count it is in; nil for none
+}
+
+// peer is one client as the transport identifies it (a process on this
+// host, a source address over TCP), over all its sessions. It counts the
+// live objects its sessions created. Guarded by Manager.mu.
+type peer struct {
+	key      string // "" for a session's private peer (not in Manager.peers)
+	created  int
+	sessions int
 }
 
 // Manager is the registry of named objects and live sessions.
@@ -105,13 +116,14 @@ type Manager struct {
 	objects  map[string]*entry
 	sessions map[uint64]*Session
 	byKey    map[string]*Session
+	peers    map[string]*peer
 	nextID   uint64
 	closed   bool
 }
 
 // New returns an empty manager.
 func New(cfg Config) *Manager {
-	return &Manager{cfg: cfg, slots: NewSlots(), bytes: &byteLimits{perObject: cfg.MaxObjectBytes, total: cfg.MaxBytes}, objects: make(map[string]*entry), sessions: make(map[uint64]*Session), byKey: make(map[string]*Session)}
+	return &Manager{cfg: cfg, slots: NewSlots(), bytes: &byteLimits{perObject: cfg.MaxObjectBytes, total: cfg.MaxBytes}, objects: make(map[string]*entry), sessions: make(map[uint64]*Session), byKey: make(map[string]*Session), peers: make(map[string]*peer)}
 }
 
 // Slots returns the manager's slot allocator.
@@ -129,10 +141,10 @@ type Session struct {
 	slot  Slot
 
 	// guarded by Manager.mu
-	conns   int
-	refs    map[string]int
-	created int
-	ended   bool
+	conns int
+	refs  map[string]int
+	peer  *peer
+	ended bool
 
 	// Parked counts the session's requests a transport holds waiting (over
 	// all its connections), for the transport's per-session cap.
@@ -206,7 +218,17 @@ func (s *Session) Holds() int {
 
 // OpenSession registers a connection. Connections presenting the same
 // non-empty key share one session; an empty key makes a session of its own.
+// The session counts its objects on its own (see OpenSessionFrom).
 func (m *Manager) OpenSession(key []byte, pid int, label string) (*Session, error) {
+	return m.OpenSessionFrom("", key, pid, label)
+}
+
+// OpenSessionFrom is OpenSession for a connection from peerKey, the
+// transport's name for the client (its uid and pid on a Unix socket, its
+// source address over TCP): every session of one peer shares its object
+// count (Config.MaxObjectsPerSession), so a client that reconnects finds
+// its objects still counted. An empty peerKey counts the session alone.
+func (m *Manager) OpenSessionFrom(peerKey string, key []byte, pid int, label string) (*Session, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -222,8 +244,16 @@ func (m *Manager) OpenSession(key []byte, pid int, label string) (*Session, erro
 	if !ok {
 		return nil, fmt.Errorf("%w: no free session slot", ErrLimit)
 	}
+	p := m.peers[peerKey]
+	if p == nil {
+		p = &peer{key: peerKey}
+		if peerKey != "" {
+			m.peers[peerKey] = p
+		}
+	}
+	p.sessions++
 	m.nextID++
-	s := &Session{ID: m.nextID, PID: pid, Label: label, key: string(key), slot: slot, conns: 1,
+	s := &Session{ID: m.nextID, PID: pid, Label: label, key: string(key), slot: slot, conns: 1, peer: p,
 		refs: make(map[string]int), holds: make(map[holder]int), onEnd: []func(){}, done: make(chan struct{})}
 	m.sessions[s.ID] = s
 	if len(key) > 0 {
@@ -245,6 +275,8 @@ func (m *Manager) CloseSession(s *Session) {
 		return
 	}
 	s.ended = true
+	s.peer.sessions--
+	m.forgetPeerLocked(s.peer)
 	delete(m.sessions, s.ID)
 	if s.key != "" {
 		delete(m.byKey, s.key)
@@ -320,8 +352,16 @@ func (m *Manager) removeLocked(name string, e *entry) {
 		e.grace.Stop()
 		e.grace = nil
 	}
-	if e.creator != nil && !e.creator.ended {
+	if e.creator != nil {
 		e.creator.created--
+		m.forgetPeerLocked(e.creator)
+	}
+}
+
+// forgetPeerLocked drops a peer with no session and no object left.
+func (m *Manager) forgetPeerLocked(p *peer) {
+	if p.sessions == 0 && p.created == 0 && p.key != "" && m.peers[p.key] == p {
+		delete(m.peers, p.key)
 	}
 }
 
@@ -362,12 +402,13 @@ func (m *Manager) Create(s *Session, kind Kind, name string, p Params) (obj Obje
 	if m.cfg.MaxObjects > 0 && len(m.objects) >= m.cfg.MaxObjects {
 		return nil, false, fmt.Errorf("%w: the server holds %d objects (--max-objects)", ErrLimit, m.cfg.MaxObjects)
 	}
-	if s != nil && m.cfg.MaxObjectsPerSession > 0 && s.created >= m.cfg.MaxObjectsPerSession {
-		return nil, false, fmt.Errorf("%w: this client has created %d objects (--max-objects-per-client)", ErrLimit, s.created)
+	if s != nil && m.cfg.MaxObjectsPerSession > 0 && s.peer.created >= m.cfg.MaxObjectsPerSession {
+		return nil, false, fmt.Errorf("%w: this client has %d live objects it created (--max-objects-per-client)", ErrLimit, s.peer.created)
 	}
-	e = &entry{obj: obj, anon: anon, creator: s}
+	e = &entry{obj: obj, anon: anon}
 	if s != nil {
-		s.created++
+		e.creator = s.peer
+		s.peer.created++
 		if anon {
 			e.refs = 1
 			s.refs[name]++

@@ -26,6 +26,7 @@ type conn struct {
 	id   uint64
 	log  zerolog.Logger
 	sess *manager.Session
+	peer string // who the client is: "unix:uid:pid" or "tcp:address"; counted in srv.peerConns once set
 
 	ctx    context.Context // cancelled when the connection ends
 	cancel context.CancelFunc
@@ -62,11 +63,14 @@ func (c *conn) serve() {
 	peer, err := c.handshake()
 	stop()
 	c.srv.unauth.Add(-1)
+	if c.peer != "" {
+		defer c.srv.releasePeer(c.peer)
+	}
 	if err != nil {
 		c.log.Debug().Err(err).Msg("handshake failed")
 		return
 	}
-	sess, err := c.srv.mgr.OpenSession(peer.Session, peer.PID, peer.Label)
+	sess, err := c.srv.mgr.OpenSessionFrom(c.peer, peer.Session, peer.PID, peer.Label)
 	if err != nil {
 		c.writeReply(0, toWire(err), nil)
 		return
@@ -90,10 +94,16 @@ func (c *conn) serve() {
 }
 
 func (c *conn) handshake() (*auth.Peer, error) {
-	if err := c.checkPeer(); err != nil {
+	key, err := c.checkPeer()
+	if err != nil {
 		c.log.Warn().Err(err).Msg("refused connection")
 		return nil, err
 	}
+	if !c.srv.reservePeer(key) {
+		c.writeHandshakeError(wire.CodeLimit, "too many connections from this client (--max-conns-per-client)")
+		return nil, errors.New("too many connections from this peer")
+	}
+	c.peer = key
 	if c.srv.authed.Load() >= int64(c.srv.cfg.MaxConns) {
 		c.writeHandshakeError(wire.CodeLimit, "too many connections")
 		return nil, errors.New("too many connections")
@@ -120,31 +130,38 @@ func (c *conn) writeHandshakeError(code wire.Code, msg string) {
 	}
 }
 
-// checkPeer refuses Unix peers running as another user unless allowed.
-func (c *conn) checkPeer() error {
+// checkPeer names the client for per-client caps and refuses Unix peers
+// running as another user unless allowed. A Unix peer is its uid and pid
+// (SO_PEERCRED: reconnecting does not make a new client); a TCP peer is its
+// source address without the port.
+func (c *conn) checkPeer() (string, error) {
 	uc, ok := c.nc.(*net.UnixConn)
-	if !ok || c.srv.cfg.AllowOtherUsers {
-		return nil
+	if !ok {
+		addr := c.nc.RemoteAddr().String()
+		if host, _, err := net.SplitHostPort(addr); err == nil {
+			addr = host
+		}
+		return "tcp:" + addr, nil
 	}
 	raw, err := uc.SyscallConn()
 	if err != nil {
-		return err
+		return "", err
 	}
 	var cred *unix.Ucred
 	var cerr error
 	if err := raw.Control(func(fd uintptr) {
 		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 	}); err != nil {
-		return err
+		return "", err
 	}
 	if cerr != nil {
-		return cerr
+		return "", cerr
 	}
-	if uid := uint32(os.Getuid()); cred.Uid != uid && cred.Uid != 0 {
+	if uid := uint32(os.Getuid()); !c.srv.cfg.AllowOtherUsers && cred.Uid != uid && cred.Uid != 0 {
 		c.writeHandshakeError(wire.CodeAuthFailed, "peer runs as another user")
-		return errors.New("peer uid differs from the server's (see --allow-other-users)")
+		return "", errors.New("peer uid differs from the server's (see --allow-other-users)")
 	}
-	return nil
+	return fmt.Sprintf("unix:%d:%d", cred.Uid, cred.Pid), nil
 }
 
 func (c *conn) loop() {

@@ -24,6 +24,11 @@ import (
 // and context), so this caps one client at tens of MB.
 const DefaultMaxParked = 10000
 
+// DefaultMaxConnsPerPeer is how many connections one client may have open
+// by default: an eighth of the default --max-conns, so that one client
+// cannot take every connection.
+const DefaultMaxConnsPerPeer = 1024
+
 // Version is the daemon's version string.
 const Version = "0.1.0"
 
@@ -36,6 +41,7 @@ type Config struct {
 	MaxUnauthenticated int                   // connections allowed in the handshake at once
 	MaxConns           int                   // authenticated connections allowed at once
 	MaxParked          int64                 // requests one session may have waiting at once
+	MaxConnsPerPeer    int                   // connections one client (Unix uid and pid, TCP source address) may have at once
 	AllowOtherUsers    bool                  // accept Unix peers with another uid
 	Shm                *shmregistry.Registry // shared-memory segments; nil disables the shm ops
 	Logger             zerolog.Logger
@@ -57,6 +63,7 @@ type Server struct {
 	mu        sync.Mutex
 	listeners []net.Listener
 	conns     map[*conn]struct{}
+	peerConns map[string]int // connections (past the peer check) by peer key
 	wg        sync.WaitGroup // connection goroutines
 
 	nextConn atomic.Uint64
@@ -87,12 +94,15 @@ func New(cfg Config, mgr *manager.Manager) (*Server, error) {
 	if cfg.MaxConns <= 0 {
 		cfg.MaxConns = 8192
 	}
+	if cfg.MaxConnsPerPeer <= 0 {
+		cfg.MaxConnsPerPeer = DefaultMaxConnsPerPeer
+	}
 	if cfg.MaxParked <= 0 {
 		cfg.MaxParked = DefaultMaxParked
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Server{cfg: cfg, mgr: mgr, ops: newOpTable(), log: cfg.Logger, bootID: BootID(), runID: newRunID(), start: time.Now(),
-		ctx: ctx, cancel: cancel, conns: make(map[*conn]struct{})}, nil
+		ctx: ctx, cancel: cancel, conns: make(map[*conn]struct{}), peerConns: make(map[string]int)}, nil
 }
 
 // Manager returns the served manager.
@@ -157,6 +167,26 @@ func (s *Server) Serve(ln net.Listener) error {
 func isTemporary(err error) bool {
 	msg := err.Error()
 	return strings.Contains(msg, "too many open files") || strings.Contains(msg, "resource temporarily unavailable")
+}
+
+// reservePeer counts one more connection from peer key k; it reports false
+// (counting nothing) when k is at --max-conns-per-client.
+func (s *Server) reservePeer(k string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.peerConns[k] >= s.cfg.MaxConnsPerPeer {
+		return false
+	}
+	s.peerConns[k]++
+	return true
+}
+
+func (s *Server) releasePeer(k string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.peerConns[k]--; s.peerConns[k] <= 0 {
+		delete(s.peerConns, k)
+	}
 }
 
 func (s *Server) track(c *conn, add bool) bool {

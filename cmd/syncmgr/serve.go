@@ -39,13 +39,14 @@ func runServe(ctx context.Context, args []string) error {
 		tlsKey        = fs.String("tls-key", "", "TLS private key (PEM) for --tcp")
 		allowOthers   = fs.Bool("allow-other-users", false, "accept Unix-socket clients running as another user (they still need the key)")
 		shareGrace    = fs.Duration("share-grace", def.ShareGrace, "how long a shared (pickled) anonymous object outlives its last reference")
-		maxPerClient  = fs.Int("max-objects-per-client", def.MaxObjectsPerSession, "objects one client may create")
+		maxPerClient  = fs.Int("max-objects-per-client", def.MaxObjectsPerSession, "live objects one client (a process on a Unix socket, a source address over TCP) may have created")
 		maxObjects    = fs.Int("max-objects", def.MaxObjects, "objects the daemon holds at most")
 		maxQueue      = fs.Int64("max-queue", def.MaxQueue, "largest queue maxsize")
 		maxConns      = fs.Int("max-conns", 8192, "authenticated connections at once")
 		maxObjBytes   = fs.Int64("max-object-bytes", def.MaxObjectBytes, "bytes one queue (with waiting puts), dict or list may hold; each item counts 64 bytes more")
 		maxBytes      = fs.Int64("max-bytes", def.MaxBytes, "bytes all queues, dicts and lists may hold together")
 		maxParked     = fs.Int64("max-parked", server.DefaultMaxParked, "requests one client may have waiting at once")
+		maxPeerConns  = fs.Int("max-conns-per-client", server.DefaultMaxConnsPerPeer, "connections one client (a process on a Unix socket, a source address over TCP) may have at once")
 		maxUnauth     = fs.Int("max-handshakes", 128, "connections in the handshake at once")
 		hsTimeout     = fs.Duration("handshake-timeout", 5*time.Second, "deadline on a connection's handshake")
 		parentPID     = fs.Int("exit-with-parent", 0, "shut down when the process with this pid is no longer our parent")
@@ -105,7 +106,7 @@ func runServe(ctx context.Context, args []string) error {
 	mcfg := manager.Config{ShareGrace: *shareGrace, MaxObjectsPerSession: *maxPerClient, MaxObjects: *maxObjects, MaxQueue: *maxQueue,
 		MaxObjectBytes: *maxObjBytes, MaxBytes: *maxBytes}
 	srv, err := server.New(server.Config{Key: key, MaxFrame: uint32(*maxFrame), HandshakeTimeout: *hsTimeout,
-		MaxUnauthenticated: *maxUnauth, MaxConns: *maxConns, MaxParked: *maxParked, AllowOtherUsers: *allowOthers, Logger: log, Shm: shm}, manager.New(mcfg))
+		MaxUnauthenticated: *maxUnauth, MaxConns: *maxConns, MaxParked: *maxParked, MaxConnsPerPeer: *maxPeerConns, AllowOtherUsers: *allowOthers, Logger: log, Shm: shm}, manager.New(mcfg))
 	if err != nil {
 		return err
 	}
