@@ -176,7 +176,7 @@ func (c *conn) loop() {
 		}
 		var body []byte
 		if err == nil {
-			body, err = wire.ReadBody(br, n)
+			body, err = wire.ReadBodyAsItArrives(br, n)
 		}
 		if err != nil {
 			switch {

@@ -50,12 +50,12 @@ func mustMarshal(t *testing.T, v any) []byte {
 	return b
 }
 
-// TestReadBodyFollowsArrivingBytes: a body announced as 64 MiB of which 10
+// TestReadBodyAsItArrives: a body announced as 64 MiB of which 10
 // bytes arrive costs about 1 MiB, not 64.
-func TestReadBodyFollowsArrivingBytes(t *testing.T) {
+func TestReadBodyAsItArrives(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	_, err := ReadBody(bytes.NewReader(make([]byte, 10)), 64<<20)
+	_, err := ReadBodyAsItArrives(bytes.NewReader(make([]byte, 10)), 64<<20)
 	runtime.ReadMemStats(&after)
 	if !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Fatalf("err = %v", err)
@@ -63,7 +63,7 @@ func TestReadBodyFollowsArrivingBytes(t *testing.T) {
 	if got := after.TotalAlloc - before.TotalAlloc; got > 4<<20 {
 		t.Fatalf("allocated %d bytes for 10 arrived", got)
 	}
-	body, err := ReadBody(bytes.NewReader(bytes.Repeat([]byte{7}, 3<<20+5)), 3<<20+5)
+	body, err := ReadBodyAsItArrives(bytes.NewReader(bytes.Repeat([]byte{7}, 3<<20+5)), 3<<20+5)
 	if err != nil || len(body) != 3<<20+5 || body[len(body)-1] != 7 {
 		t.Fatalf("full body: %d bytes, %v", len(body), err)
 	}
