@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, Optional
 
 import msgpack
 
@@ -95,11 +95,13 @@ class DictProxy(BaseProxy):
         return int(self._call("len"))
 
     def __iter__(self) -> Iterator[Any]:
-        return iter(self.keys())
+        """The keys of a snapshot taken now; like the stock proxy's iterator,
+        ``next`` raises RuntimeError once the dict's size has changed."""
+        return _DictKeyIterator(self)
 
     def items(self) -> list[tuple[Any, Any]]:
         """A snapshot of the items."""
-        return [(_loads(kp), _loads(v)) for kp, v in self._call("items")]
+        return [(_loads(kp), _loads(v)) for kp, v in self._call("items") or ()]
 
     def keys(self) -> list[Any]:
         return [k for k, _ in self.items()]
@@ -141,37 +143,75 @@ class DictProxy(BaseProxy):
         return repr(self.copy())
 
 
-class NamespaceProxy(DictProxy):
-    """A shared namespace: attributes are entries on the daemon; names that
-    start with '_' stay local, as with SyncManager's NamespaceProxy."""
+class _DictKeyIterator(Iterator[Any]):
+    """Iterates over a snapshot of a shared dict's keys, taken when the
+    iterator is made. Each step asks the daemon for the dict's length and
+    raises RuntimeError if it changed, as iterating a dict (or the stock
+    DictProxy, whose iterator lives in the manager process) does."""
+
+    def __init__(self, d: DictProxy) -> None:
+        self._d: Optional[DictProxy] = d
+        self._keys = iter(d.keys())
+        self._len = len(d)
+
+    def __next__(self) -> Any:
+        if self._d is None:
+            raise StopIteration
+        if len(self._d) != self._len:
+            self._d = None  # a changed dict's iterator stays broken, as dict's does
+            raise RuntimeError("dictionary changed size during iteration")
+        try:
+            return next(self._keys)
+        except StopIteration:
+            self._d = None
+            raise
+
+
+class NamespaceProxy(BaseProxy):
+    """A shared namespace, as SyncManager's NamespaceProxy: every attribute
+    whose name does not start with '_' is an entry on the daemon. The proxy
+    has no public attributes of its own (not even ``name`` or ``delete``), so
+    no field is ever shadowed; names that start with '_' stay local."""
 
     _kind = "namespace"
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattribute__(self, name: str) -> Any:
         if name.startswith("_"):
-            raise AttributeError(name)
+            return object.__getattribute__(self, name)
+        call = object.__getattribute__(self, "_call")
         try:
-            return DictProxy.__getitem__(self, name)
-        except KeyError:
+            return _loads(call("get", key=canonical_key(name)))
+        except exc.KeyNotFoundError:
             raise AttributeError(name) from None
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name.startswith("_"):
             object.__setattr__(self, name, value)
         else:
-            DictProxy.__setitem__(self, name, value)
+            self._call("set", key=canonical_key(name), kp=_dumps(name), value=_dumps(value))
 
     def __delattr__(self, name: str) -> None:
         if name.startswith("_"):
             object.__delattr__(self, name)
             return
         try:
-            DictProxy.__delitem__(self, name)
-        except KeyError:
+            self._call("del", key=canonical_key(name))
+        except exc.KeyNotFoundError:
             raise AttributeError(name) from None
 
+    def _items(self) -> list[tuple[str, Any]]:
+        return [(_loads(kp), _loads(v)) for kp, v in self._call("items") or ()]
+
+    def _update(self, attrs: dict[str, Any]) -> None:
+        """Set several attributes in one atomic request (``Manager.Namespace(**attrs)``)."""
+        for k in attrs:
+            if not isinstance(k, str) or k.startswith("_"):
+                raise ValueError(f"a Namespace attribute name must be a str not starting with '_': {k!r}")
+        triples = [[canonical_key(k), _dumps(k), _dumps(v)] for k, v in attrs.items()]
+        self._call("update", items=msgpack.packb(triples, use_bin_type=True))
+
     def __repr__(self) -> str:
-        inner = ", ".join(f"{k}={v!r}" for k, v in self.items())
+        inner = ", ".join(f"{k}={v!r}" for k, v in self._items())
         return f"Namespace({inner})"
 
 
@@ -183,7 +223,8 @@ class ListProxy(BaseProxy):
 
     def _snapshot(self) -> tuple[list[Any], int]:
         res = self._call("snapshot")
-        return [_loads(b) for b in res["items"]], int(res["version"])
+        # An empty list's items may come back as nil.
+        return [_loads(b) for b in res.get("items") or ()], int(res["version"])
 
     def _rewrite(self, fn: Any) -> Any:
         """Apply fn to a copy of the list and store it if nobody wrote meanwhile."""
@@ -234,10 +275,29 @@ class ListProxy(BaseProxy):
             raise IndexError("list assignment index out of range") from None
 
     def __iter__(self) -> Iterator[Any]:
-        return iter(self._snapshot()[0])
+        """Live iteration by index, as the stock ListProxy (which iterates
+        through ``__getitem__``): one request per item; changes made meanwhile
+        are seen by the items not yet reached, and nothing raises. For one
+        atomic snapshot in one request use ``a[:]`` or ``a.copy()``."""
+        i = 0
+        while True:
+            try:
+                item = _loads(self._call("getitem", index=i))
+            except exc.IndexOutOfRangeError:
+                return
+            yield item
+            i += 1
 
     def __reversed__(self) -> Iterator[Any]:
-        return reversed(self._snapshot()[0])
+        """Live, by index from the current end (see ``__iter__``)."""
+        i = len(self) - 1
+        while i >= 0:
+            try:
+                item = _loads(self._call("getitem", index=i))
+            except exc.IndexOutOfRangeError:
+                return
+            yield item
+            i -= 1
 
     def __contains__(self, value: Any) -> bool:
         return int(self._call("count", value=_dumps(value))) > 0
