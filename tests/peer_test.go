@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"os"
@@ -25,8 +26,11 @@ func init() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
-	key := []byte(os.Getenv("SYNCMGR_TEST_KEY"))
-	c, err := proxy.Dial(ctx, sock, key)
+	key, err := hex.DecodeString(os.Getenv("SYNCMGR_TEST_KEY"))
+	var c *proxy.Client
+	if err == nil {
+		c, err = proxy.Dial(ctx, sock, key)
+	}
 	if err == nil {
 		_, err = c.Call(ctx, wire.OpCreate, obj(wire.KindEvent, os.Getenv("SYNCMGR_TEST_OBJECT")), nil)
 		c.Close()
@@ -45,7 +49,7 @@ func otherProcess(t *testing.T, d *daemon, name string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "SYNCMGR_TEST_PEER="+d.sock, "SYNCMGR_TEST_KEY="+string(d.keyBytes()), "SYNCMGR_TEST_OBJECT="+name)
+	cmd.Env = append(os.Environ(), "SYNCMGR_TEST_PEER="+d.sock, "SYNCMGR_TEST_KEY="+d.key, "SYNCMGR_TEST_OBJECT="+name)
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("other process: %v", err)

@@ -2,9 +2,11 @@ package tests
 
 import (
 	"context"
+	"errors"
 	"syscall"
 	"testing"
 
+	"github.com/syncmgr/syncmgr/proxy"
 	"github.com/syncmgr/syncmgr/wire"
 )
 
@@ -50,7 +52,7 @@ func TestStaleHolderAfterRestart(t *testing.T) {
 	// naming the old run, gets server_restarted.
 	a2 := d.dial(t)
 	err = callErr(a2, wire.OpRelease, obj(wire.KindLock, "L", wire.ArgRun, oldRun))
-	if code(err) != wire.CodeServerRestarted {
+	if !errors.Is(err, proxy.ErrServerRestarted) {
 		t.Fatalf("release naming the old run: %v, want server_restarted", err)
 	}
 	lc, err := a2.Lock(ctx, "L")
