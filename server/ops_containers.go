@@ -1,6 +1,8 @@
 package server
 
 import (
+	"bytes"
+
 	"github.com/syncmgr/syncmgr/manager"
 	"github.com/syncmgr/syncmgr/wire"
 )
@@ -61,12 +63,11 @@ func containerOps(t *opTable) {
 		if err := d.Room(batchCost(raw)); err != nil { // refuse before decoding
 			return nil, err
 		}
-		// Sub-slices of the frame: decoding costs a slice header per bin,
-		// not a copy of every key and value.
 		bins, err := wire.BinTuples(raw, 3)
 		if err != nil {
 			return nil, wire.Errorf(wire.CodeBadRequest, "items must be a msgpack array of [key, key_pickle, value] bins: %v", err)
 		}
+		cloneAll(bins)
 		es := make([]manager.DictEntry, len(bins)/3)
 		for i := range es {
 			es[i] = manager.DictEntry{Key: bins[3*i], KeyP: bins[3*i+1], Value: bins[3*i+2]}
@@ -207,8 +208,21 @@ func dictEntry(a wire.Args) (manager.DictEntry, error) {
 	if e.KeyP, err = a.Bytes(wire.ArgKeyP); err != nil {
 		return e, err
 	}
+	// The key outlives any value later stored under it: copied, it does not
+	// keep this request's frame (and the value in it) alive after a
+	// replacement. The value stays a slice of the frame, which it nearly fills.
+	e.Key, e.KeyP = bytes.Clone(e.Key), bytes.Clone(e.KeyP)
 	e.Value, err = a.Bytes(wire.ArgValue)
 	return e, err
+}
+
+// cloneAll copies each bin out of the frame it was decoded from. Items of a
+// batch are stored and removed one by one, so a slice of the frame kept by
+// one small survivor would keep the whole frame alive, uncounted.
+func cloneAll(bins [][]byte) {
+	for i, b := range bins {
+		bins[i] = bytes.Clone(b)
+	}
 }
 
 func dictPop(d *manager.Dict, a wire.Args) (any, error) {
@@ -240,5 +254,6 @@ func binList(a wire.Args) ([][]byte, error) {
 	if err != nil {
 		return nil, wire.Errorf(wire.CodeBadRequest, "items must be a msgpack array of bins: %v", err)
 	}
+	cloneAll(items)
 	return items, nil
 }

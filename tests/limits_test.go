@@ -266,3 +266,26 @@ func TestLimitTotalBytes(t *testing.T) {
 	}
 	call(t, c, wire.OpSet, obj(wire.KindDict, "b", wire.ArgKey, []byte("k"), wire.ArgKeyP, []byte("k"), wire.ArgValue, big))
 }
+
+// TestLimitReplacedValuesAreFreed: a dict key stored with a large value
+// must not keep that value's request frame alive after the value is
+// replaced (it is counted as the small new value). 40 keys set to 8 MiB and
+// then to b"" would otherwise keep 320 MiB that no limit sees.
+func TestLimitReplacedValuesAreFreed(t *testing.T) {
+	d := startDaemon(t)
+	c := d.dial(t)
+	call(t, c, wire.OpCreate, obj(wire.KindDict, "d"))
+	big := bytes.Repeat([]byte{3}, 8<<20)
+	for i := 0; i < 40; i++ {
+		k := []byte(fmt.Sprintf("k%d", i))
+		call(t, c, wire.OpSet, obj(wire.KindDict, "d", wire.ArgKey, k, wire.ArgKeyP, k, wire.ArgValue, big))
+		call(t, c, wire.OpSet, obj(wire.KindDict, "d", wire.ArgKey, k, wire.ArgKeyP, k, wire.ArgValue, []byte{}))
+	}
+	call(t, c, wire.OpCreate, obj(wire.KindList, "l"))
+	for i := 0; i < 40; i++ {
+		items := smallItems(1_000_000, 1) // 7 MB, of which one item stays
+		call(t, c, wire.OpExtend, obj(wire.KindList, "l", wire.ArgItems, items))
+		call(t, c, wire.OpReplace, obj(wire.KindList, "l", wire.ArgItems, smallItems(i+1, 1)))
+	}
+	d.checkPeak(t, "replaced values", 320<<20)
+}
