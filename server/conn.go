@@ -106,14 +106,20 @@ func (c *conn) serve() {
 	peer, err := c.handshake()
 	stop()
 	c.srv.unauth.Add(-1)
-	if c.peer != "" {
-		defer c.srv.releasePeer(c.peer)
-	}
 	if err != nil {
 		c.log.Debug().Err(err).Msg("handshake failed")
 		c.countHandshakeFailure(err)
 		return
 	}
+	// Only authenticated connections count against the peer's cap: an
+	// unauthenticated one must not use up a client's share (over TCP they
+	// may share a source address).
+	if !c.srv.reservePeer(c.peer) {
+		c.srv.cfg.Metrics.Refused(c.transport, "max_conns_per_client")
+		c.writeReply(0, wire.Errorf(wire.CodeLimit, "too many connections from this client (--max-conns-per-client)"), nil)
+		return
+	}
+	defer c.srv.releasePeer(c.peer)
 	sess, err := c.srv.mgr.OpenSessionFrom(c.peer, peer.Session, peer.PID, peer.Label)
 	if err != nil {
 		c.writeReply(0, toWire(err), nil)
@@ -145,11 +151,11 @@ func (c *conn) handshake() (*auth.Peer, error) {
 		c.log.Warn().Err(err).Msg("refused connection")
 		return nil, &refusal{"peer_uid", err}
 	}
-	if !c.srv.reservePeer(key) {
-		c.writeHandshakeError(wire.CodeLimit, "too many connections from this client (--max-conns-per-client)")
-		return nil, errors.New("too many connections from this peer")
-	}
 	c.peer = key
+	if c.srv.peerFull(key) { // refused before the challenge: it costs nothing
+		c.writeHandshakeError(wire.CodeLimit, "too many connections from this client (--max-conns-per-client)")
+		return nil, &refusal{"max_conns_per_client", errors.New("too many connections from this client")}
+	}
 	if c.srv.authed.Load() >= int64(c.srv.cfg.MaxConns) {
 		c.writeHandshakeError(wire.CodeLimit, "too many connections")
 		return nil, &refusal{"max_conns", errors.New("too many connections")}

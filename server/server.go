@@ -173,8 +173,15 @@ func isTemporary(err error) bool {
 	return strings.Contains(msg, "too many open files") || strings.Contains(msg, "resource temporarily unavailable")
 }
 
-// reservePeer counts one more connection from peer key k; it reports false
-// (counting nothing) when k is at --max-conns-per-client.
+// peerFull reports whether peer key k is at --max-conns-per-client.
+func (s *Server) peerFull(k string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.peerConns[k] >= s.cfg.MaxConnsPerPeer
+}
+
+// reservePeer counts one more authenticated connection from peer key k; it
+// reports false (counting nothing) when k is at --max-conns-per-client.
 func (s *Server) reservePeer(k string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()

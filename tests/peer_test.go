@@ -116,7 +116,8 @@ func TestConnCapCountsByPeer(t *testing.T) {
 }
 
 // TestConnCapCountsTCPBySourceAddress: over TCP a peer is its source
-// address: 127.0.0.1 at its cap does not stop 127.0.0.2.
+// address: 127.0.0.1 at its cap does not stop 127.0.0.2, and only
+// authenticated connections count.
 func TestConnCapCountsTCPBySourceAddress(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -135,6 +136,14 @@ func TestConnCapCountsTCPBySourceAddress(t *testing.T) {
 		_ = nc.SetDeadline(time.Now().Add(bound))
 		_, err = auth.Client(nc, auth.ClientConfig{Key: d.keyBytes()})
 		return err
+	}
+	// Connections that never authenticate use none of the address's share.
+	for i := 0; i < 3; i++ {
+		nc, err := net.DialTimeout("tcp", addr, bound)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nc.Close() })
 	}
 	for i := 0; i < 2; i++ {
 		if err := dial("127.0.0.1"); err != nil {
