@@ -83,36 +83,58 @@ func TestObjectCapCountsByPeer(t *testing.T) {
 	call(t, c, wire.OpCreate, obj(wire.KindEvent, "e3")) // room again
 }
 
+// openPinged dials and pings: a connection that answers a ping has been
+// counted by the daemon (a refusal may come before the handshake or, when
+// two raced, as the first frame after it).
+func openPinged(ctx context.Context, d *daemon) (*proxy.Client, error) {
+	c, err := proxy.Dial(ctx, d.sock, d.keyBytes())
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Ping(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// openEventually retries openPinged until it succeeds (a connection closed
+// just before is released by the daemon a moment later).
+func openEventually(t *testing.T, ctx context.Context, d *daemon) *proxy.Client {
+	t.Helper()
+	deadline := time.Now().Add(bound)
+	for {
+		c, err := openPinged(ctx, d)
+		if err == nil {
+			t.Cleanup(func() { c.Close() })
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no connection: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // TestConnCapCountsByPeer: one process cannot take every connection: past
-// --max-conns-per-client its handshakes are refused with limit, while
+// --max-conns-per-client its connections are refused with limit, while
 // another process still connects.
 func TestConnCapCountsByPeer(t *testing.T) {
 	d := startDaemon(t, "--max-conns-per-client", "4", "--max-conns", "100")
-	var cs []*proxy.Client
-	for i := 0; i < 4; i++ {
-		cs = append(cs, d.dial(t))
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
-	if _, err := proxy.Dial(ctx, d.sock, d.keyBytes()); code(err) != wire.CodeLimit {
+	var cs []*proxy.Client
+	for i := 0; i < 4; i++ {
+		cs = append(cs, openEventually(t, ctx, d))
+	}
+	if _, err := openPinged(ctx, d); code(err) != wire.CodeLimit {
 		t.Fatalf("fifth connection: %v, want limit", err)
 	}
 	if got := otherProcess(t, d, "x"); got != "ok" {
 		t.Fatalf("another process: %s", got)
 	}
 	cs[0].Close()
-	deadline := time.Now().Add(bound)
-	for {
-		c, err := proxy.Dial(ctx, d.sock, d.keyBytes())
-		if err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no connection after one closed: %v", err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	openEventually(t, ctx, d)
 }
 
 // TestConnCapCountsTCPBySourceAddress: over TCP a peer is its source
@@ -126,6 +148,8 @@ func TestConnCapCountsTCPBySourceAddress(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close()
 	d := startDaemon(t, "--tcp", addr, "--max-conns-per-client", "2")
+	// dial authenticates from src and pings: the error is the refusal,
+	// before the handshake or as the first frame after it.
 	dial := func(src string) error {
 		dl := net.Dialer{Timeout: bound, LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
 		nc, err := dl.Dial("tcp", addr)
@@ -134,8 +158,15 @@ func TestConnCapCountsTCPBySourceAddress(t *testing.T) {
 		}
 		t.Cleanup(func() { nc.Close() })
 		_ = nc.SetDeadline(time.Now().Add(bound))
-		_, err = auth.Client(nc, auth.ClientConfig{Key: d.keyBytes()})
-		return err
+		if _, err := auth.Client(nc, auth.ClientConfig{Key: d.keyBytes()}); err != nil {
+			return err
+		}
+		r := &rawConn{t: t, nc: nc}
+		r.send(1, wire.OpPing, map[string]any{})
+		if rep := r.recv(); rep.Err != nil {
+			return rep.Err
+		}
+		return nil
 	}
 	// Connections that never authenticate use none of the address's share.
 	for i := 0; i < 3; i++ {
