@@ -9,6 +9,8 @@ import (
 	"strconv"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/syncmgr/syncmgr/wire"
 )
 
 // Values: the encoding the Go and Python clients share for what the daemon
@@ -54,6 +56,11 @@ func EncodeValue(v any) ([]byte, error) {
 func DecodeValue(b []byte) (any, error) {
 	if len(b) == 0 || b[0] != ValueTag {
 		return Pickle(b), nil
+	}
+	// The decoder sizes arrays and maps by their declared counts: check
+	// those against the bytes first, or 20 bytes could ask for 60 GB.
+	if err := wire.CheckSizes(b[1:]); err != nil {
+		return nil, fmt.Errorf("syncmgr: decode value: %w", err)
 	}
 	dec := msgpack.NewDecoder(bytes.NewReader(b[1:]))
 	dec.SetMapDecoder(decodeMap)
