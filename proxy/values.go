@@ -4,13 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/syncmgr/syncmgr/wire"
 	"math"
 	"reflect"
 	"strconv"
 
 	"github.com/vmihailenco/msgpack/v5"
-
-	"github.com/syncmgr/syncmgr/wire"
 )
 
 // Values: the encoding the Go and Python clients share for what the daemon
@@ -57,8 +56,6 @@ func DecodeValue(b []byte) (any, error) {
 	if len(b) == 0 || b[0] != ValueTag {
 		return Pickle(b), nil
 	}
-	// The decoder sizes arrays and maps by their declared counts: check
-	// those against the bytes first, or 20 bytes could ask for 60 GB.
 	if err := wire.CheckSizes(b[1:]); err != nil {
 		return nil, fmt.Errorf("syncmgr: decode value: %w", err)
 	}
