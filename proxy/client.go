@@ -39,7 +39,11 @@ var (
 	ErrBroken       = &wire.Error{Code: wire.CodeBroken}
 	ErrDeleted      = &wire.Error{Code: wire.CodeDeleted}
 	ErrCancelled    = &wire.Error{Code: wire.CodeCancelled}
-	ErrAuthFailed   = auth.ErrAuthFailed
+	ErrLimit        = &wire.Error{Code: wire.CodeLimit}
+	// ErrServerRestarted: the op named state got from an earlier run of
+	// the daemon (a lock acquired before it restarted); nothing was done.
+	ErrServerRestarted = &wire.Error{Code: wire.CodeServerRestarted}
+	ErrAuthFailed      = auth.ErrAuthFailed
 )
 
 // outcome is what a pending call receives: the daemon's reply, or the

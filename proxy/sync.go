@@ -115,12 +115,18 @@ func (m *Mutex) undoAcquire(res any) {
 	}
 }
 
-// Release releases once.
+// Release releases once. It names the daemon run the client connected
+// to, so that a daemon restarted since then refuses it (server_restarted)
+// instead of releasing a lock someone else acquired after the restart.
 func (m *Mutex) Release(ctx context.Context) error {
 	if m.fw.usable() && m.fw.release(m.tid) == statemem.OK {
 		return nil
 	}
-	_, err := m.call(ctx, wire.OpRelease, nil, wire.ArgTID, m.tid)
+	kv := []any{wire.ArgTID, m.tid}
+	if run := m.c.info.RunID; run != "" {
+		kv = append(kv, wire.ArgRun, run)
+	}
+	_, err := m.call(ctx, wire.OpRelease, nil, kv...)
 	return err
 }
 

@@ -127,4 +127,8 @@ const (
 	ArgVersion  = "version"
 	ArgLimit    = "limit"
 	ArgSize     = "size"
+	// ArgRun, on any request, is the daemon run id under which the client
+	// got the state the request acts on (a lock it acquired); a daemon of
+	// another run answers server_restarted and does nothing.
+	ArgRun = "run"
 )

@@ -46,10 +46,14 @@ func runServe(ctx context.Context, args []string) error {
 		allowOthers   = fs.Bool("allow-other-users", false, "accept Unix-socket clients running as another user (they still need the key); the socket becomes 0666, or 0660 with --socket-group")
 		sockGroup     = fs.String("socket-group", "", "with --allow-other-users: only this group (name or gid) may connect; the socket is 0660 and owned by it")
 		shareGrace    = fs.Duration("share-grace", def.ShareGrace, "how long a shared (pickled) anonymous object outlives its last reference")
-		maxPerClient  = fs.Int("max-objects-per-client", def.MaxObjectsPerSession, "objects one client may create")
+		maxPerClient  = fs.Int("max-objects-per-client", def.MaxObjectsPerSession, "live objects one client (a process on a Unix socket, a source address over TCP) may have created")
 		maxObjects    = fs.Int("max-objects", def.MaxObjects, "objects the daemon holds at most")
 		maxQueue      = fs.Int64("max-queue", def.MaxQueue, "largest queue maxsize")
 		maxConns      = fs.Int("max-conns", 8192, "authenticated connections at once")
+		maxObjBytes   = fs.Int64("max-object-bytes", def.MaxObjectBytes, "bytes one queue (with waiting puts), dict or list may hold; each item counts 64 bytes more")
+		maxBytes      = fs.Int64("max-bytes", def.MaxBytes, "bytes all queues, dicts and lists may hold together")
+		maxParked     = fs.Int64("max-parked", server.DefaultMaxParked, "requests one client may have waiting at once")
+		maxPeerConns  = fs.Int("max-conns-per-client", server.DefaultMaxConnsPerPeer, "connections one client (a process on a Unix socket, a source address over TCP) may have at once")
 		maxUnauth     = fs.Int("max-handshakes", 128, "connections in the handshake at once, for Unix and for TCP each; over it the oldest silent one is dropped")
 		hsTimeout     = fs.Duration("handshake-timeout", 5*time.Second, "deadline on a connection's handshake")
 		parentPID     = fs.Int("exit-with-parent", 0, "shut down when the process with this pid is no longer our parent")
@@ -186,7 +190,8 @@ func runServe(ctx context.Context, args []string) error {
 		}
 		defer shm.Close() // a graceful stop unlinks every segment
 	}
-	mcfg := manager.Config{ShareGrace: *shareGrace, MaxObjectsPerSession: *maxPerClient, MaxObjects: *maxObjects, MaxQueue: *maxQueue}
+	mcfg := manager.Config{ShareGrace: *shareGrace, MaxObjectsPerSession: *maxPerClient, MaxObjects: *maxObjects, MaxQueue: *maxQueue,
+		MaxObjectBytes: *maxObjBytes, MaxBytes: *maxBytes}
 	mcfg.OnHoldEnd = holdEnds(log, mtr)
 	mgr := manager.New(mcfg)
 	if *fastDir != "none" {
@@ -211,7 +216,8 @@ func runServe(ctx context.Context, args []string) error {
 	}
 	mtr.SetSource(stateSource(mgr, shm))
 	srv, err := server.New(server.Config{Key: key, MaxFrame: uint32(*maxFrame), HandshakeTimeout: *hsTimeout,
-		MaxUnauthenticated: *maxUnauth, MaxConns: *maxConns, AllowOtherUsers: *allowOthers, Logger: log, Shm: shm, Metrics: mtr}, mgr)
+		MaxUnauthenticated: *maxUnauth, MaxConns: *maxConns, MaxParked: *maxParked, MaxConnsPerPeer: *maxPeerConns,
+		AllowOtherUsers: *allowOthers, Logger: log, Shm: shm, Metrics: mtr}, mgr)
 	if err != nil {
 		return err
 	}
