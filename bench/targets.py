@@ -375,10 +375,12 @@ def _producer(q: Any, n: int, go: Any, extra: dict[str, str]) -> None:
         go.recv()
         for _ in range(n):
             q.put(item)
+        if hasattr(q, "join_thread"):  # multiprocessing.Queue: let its feeder thread flush
+            q.close()
+            q.join_thread()
     except BaseException:  # noqa: BLE001
         traceback.print_exc()
         code = 1
-    time.sleep(0.5)  # let a feeder thread (multiprocessing.Queue) flush
     os._exit(code)
 
 
@@ -625,6 +627,8 @@ def sections(R: dict[str, Any], md: bool) -> list[tuple[str, str, str]]:
 def print_report(R: dict[str, Any]) -> None:
     for title, note, tab in sections(R, md=False):
         print(f"\n== {title}\n{note}\n\n{tab}")
+    for e in R.get("errors", []):
+        print(f"\nFAILED {e}")
     print()
 
 
@@ -642,6 +646,8 @@ def write_doc(R: dict[str, Any], path: str) -> None:
          f"(/proc/loadavg), {R['seconds']:.0f} s, with:", "", "```sh", R["command"], "```", ""]
     for title, note, tab in sections(R, md=True):
         L += [f"### {title}", "", note, "", tab, ""]
+    for e in R.get("errors", []):
+        L += [f"**Failed:** {e}", ""]
     L.append(END)
     block = "\n".join(L)
     try:
@@ -695,23 +701,29 @@ def run(args: argparse.Namespace, only: set[str]) -> dict[str, Any]:
             probe[s] = fast_state(lk)
         R["fast_state"] = probe
         log(f"fast path: {probe[FAST]}; socket column: {probe[SOCK]}")
-        if "micro" in only:
-            R["micro"] = run_micro(m, sm, cfg["rounds"], cfg["batch_s"], keep)
-            log("micro ops done")
-        if "handoff" in only:
-            R["handoff"] = run_handoff(m, sm, cfg["rounds"], cfg["handoff_n"], keep)
-            log("hand-off done")
-        if "killed" in only:
-            R["killed"] = run_killed(m, sm, cfg["killed_trials"], cfg["give_up_s"])
-            log("killed holder done")
-        if "cpprb" in only:
-            contexts: dict[str, tuple[Callable[[], Any], dict[str, str]]] = {
-                FAST: (lambda: m, {}), SOCK: (lambda: m, dict(NOFAST)),
-                SYNCM: (lambda: sm, {}), MPL: (lambda: mp.get_context(), {})}
-            R["cpprb"] = cpprb_bench.run_table(contexts, cfg["cpprb_seconds"], cfg["cpprb_rounds"], log)
-        if "queue" in only:
-            R["queue"] = run_queue(m, sm, cfg["rounds_queue"], cfg["queue_fast"], cfg["queue_slow"])
-            log("queue done")
+        contexts: dict[str, tuple[Callable[[], Any], dict[str, str]]] = {
+            FAST: (lambda: m, {}), SOCK: (lambda: m, dict(NOFAST)),
+            SYNCM: (lambda: sm, {}), MPL: (lambda: mp.get_context(), {})}
+        parts: dict[str, Callable[[], Any]] = {
+            "micro": lambda: run_micro(m, sm, cfg["rounds"], cfg["batch_s"], keep),
+            "handoff": lambda: run_handoff(m, sm, cfg["rounds"], cfg["handoff_n"], keep),
+            "killed": lambda: run_killed(m, sm, cfg["killed_trials"], cfg["give_up_s"]),
+            "cpprb": lambda: cpprb_bench.run_table(contexts, cfg["cpprb_seconds"], cfg["cpprb_rounds"], log),
+            "queue": lambda: run_queue(m, sm, cfg["rounds_queue"], cfg["queue_fast"], cfg["queue_slow"]),
+        }
+        for part in PARTS:
+            if part not in only:
+                continue
+            try:
+                R[part] = parts[part]()
+            except (KeyboardInterrupt, TimeoutError):
+                raise
+            except Exception as e:  # noqa: BLE001 - the other parts still run; the failure is reported
+                R.setdefault("errors", []).append(f"{part}: {type(e).__name__}: {e}")
+                log(f"{part} failed:\n{traceback.format_exc()}")
+            else:
+                log(f"{part} done")
+            reap()
     finally:
         keep.clear()
         gc.collect()
@@ -756,6 +768,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         signal.alarm(0)
         reap()
     R["seconds"] = time.monotonic() - _T0
+    status = 1 if R.get("errors") else 0
     cmd = ".venv/bin/python bench/targets.py" + ("" if argv is None else "") + \
         ("".join(" " + a for a in (sys.argv[1:] if argv is None else argv)))
     R["command"] = cmd + "    # or: make bench-targets"
@@ -767,8 +780,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     if out and not args.no_docs:
         write_doc(R, out)
         log(f"wrote the targets section of {out}")
-    log(f"done in {R['seconds']:.0f} s")
-    return 0
+    log(f"done in {R['seconds']:.0f} s" + (f"; {len(R['errors'])} part(s) failed" if status else ""))
+    return status
 
 
 if __name__ == "__main__":
