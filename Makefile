@@ -8,7 +8,7 @@ PY      := $(VENV)/bin/python
 BIN     := bin/syncmgr
 GOFILES := $(shell find . -name '*.go' -not -path './.venv/*' 2>/dev/null)
 
-.PHONY: all build venv test test-go test-py test-outside lint lint-py fuzz demo bench bench-smoke bench-targets bench-targets-smoke soak soak-smoke clean
+.PHONY: all build venv test test-go test-py test-outside test-wheel wheel wheel-all lint lint-py fuzz demo bench bench-smoke bench-targets bench-targets-smoke soak soak-smoke clean
 
 all: build
 
@@ -38,9 +38,10 @@ fuzz:
 	$(GO) test ./wire -run '^$$' -fuzz '^FuzzDecodeRequest$$' -fuzztime $(FUZZN)x
 	$(GO) test ./wire -run '^$$' -fuzz '^FuzzReadFrame$$' -fuzztime $(FUZZN)x
 	$(GO) test ./auth -run '^$$' -fuzz '^FuzzServerHandshake$$' -fuzztime $$(( $(FUZZN) / 10 ))x
+	$(GO) test ./proxy -run '^$$' -fuzz '^FuzzDecodeValue$$' -fuzztime $$(( $(FUZZN) / 10 ))x
 
 lint-py: venv
-	$(VENV)/bin/ruff check pyclient tests/python tests/outside examples bench
+	$(VENV)/bin/ruff check pyclient tests/python tests/outside tests/wheel examples bench
 
 test-py: build venv lint-py
 	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) -m pytest -q tests/python
@@ -52,13 +53,30 @@ soak: build
 soak-smoke: build
 	$(GO) run ./tests/soak -bin $(BIN) -clients 16 -ops 400 -kill-every 50ms -max-time 120s
 
+# The Python wheel with the static daemon inside (needs Go): dist/syncmgr-*.whl,
+# tagged py3-none-manylinux_2_17_<arch>. wheel-all adds a cross-built aarch64 one.
+wheel: venv
+	rm -rf pyclient/build
+	$(PY) -m pip wheel -q --no-deps -w dist ./pyclient
+	@ls -l dist/syncmgr-*.whl
+
+wheel-all: wheel
+	rm -rf pyclient/build
+	SYNCMGR_WHEEL_ARCH=aarch64 $(PY) -m pip wheel -q --no-deps -w dist ./pyclient
+	@ls -l dist/syncmgr-*.whl
+
+# Build the wheel, install it in fresh venvs (every Python 3.9-3.13 found) with
+# no Go on PATH and no SYNCMGR_BIN, and smoke-test the packaged daemon.
+test-wheel: venv
+	PYTHON=$(CURDIR)/$(PY) bash tests/wheel/smoke.sh
+
 # Test suites written outside this project (CPython's manager tests, cpprb's
 # multiprocessing tests) with syncmgr as the manager, beside the stock manager;
 # one line of counts per suite and start method (tests/outside/run_outside.py).
 test-outside: build venv
 	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) tests/outside/run_outside.py $(OUTSIDE_ARGS)
 
-test: test-go fuzz soak-smoke bench-smoke bench-targets-smoke test-py test-outside
+test: test-go fuzz soak-smoke bench-smoke bench-targets-smoke test-wheel test-py test-outside
 
 demo: build venv
 	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) examples/ray_replay_demo.py $(DEMO_ARGS)
@@ -87,4 +105,4 @@ bench-targets-smoke: build venv
 	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) bench/targets.py --smoke
 
 clean:
-	rm -rf bin $(VENV)
+	rm -rf bin $(VENV) dist pyclient/build

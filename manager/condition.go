@@ -205,3 +205,11 @@ func (c *Condition) fail(err error) {
 	c.dead = err
 	c.waiters.failAll(err)
 }
+
+// HeldSince reports when the holder of the condition's lock took it.
+func (c *Condition) HeldSince() (time.Time, bool) {
+	if h, ok := c.lock.(interface{ HeldSince() (time.Time, bool) }); ok {
+		return h.HeldSince()
+	}
+	return time.Time{}, false
+}

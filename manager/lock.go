@@ -272,3 +272,18 @@ func describeOwner(holder *Session, slot Slot) string {
 	}
 	return fmt.Sprintf("slot %d", slot)
 }
+
+// HeldSince reports when the lock's current holder took it.
+func (l *Lock) HeldSince() (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.holder.heldSince(l)
+}
+
+// HeldSince reports when the lock's current holder took it (its outermost
+// acquire).
+func (r *RLock) HeldSince() (time.Time, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.holder.heldSince(r)
+}

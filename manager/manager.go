@@ -70,6 +70,23 @@ type Config struct {
 	MaxObjects int
 	// MaxQueue caps a queue's maxsize.
 	MaxQueue int64
+	// OnHoldEnd, when set, is called each time a session stops holding an
+	// object (its last unit of it released), with the object's mutex held:
+	// it must not block or call into the manager.
+	OnHoldEnd func(HoldEnd)
+}
+
+// HoldEnd describes a hold that ended: a Lock or RLock released, or the last
+// unit a session held of a Semaphore.
+type HoldEnd struct {
+	Kind    Kind
+	Name    string
+	Session *Session      // the holder
+	Label   string        // the holder's label when the hold ended
+	Held    time.Duration // since the hold began
+	// SessionEnded is set when the hold was released because the session
+	// ended (its process died or disconnected) rather than by a release.
+	SessionEnded bool
 }
 
 // DefaultConfig returns the daemon's default limits.
@@ -116,7 +133,7 @@ func (m *Manager) Slots() *Slots { return m.slots }
 type Session struct {
 	ID    uint64
 	PID   int
-	Label string
+	Label string // written under both Manager.mu and mu
 	key   string
 	slot  Slot
 
@@ -126,10 +143,13 @@ type Session struct {
 	created int
 	ended   bool
 
-	mu    sync.Mutex // leaf lock: taken inside object mutexes
-	holds map[holder]int
-	onEnd []func()      // guarded by mu; nil once the session ended
-	done  chan struct{} // closed when the session ends
+	mu        sync.Mutex // leaf lock: taken inside object mutexes
+	holds     map[holder]int
+	holdSince map[holder]time.Time // when each hold began
+	ending    bool                 // set when CloseSession starts releasing holds
+	onHoldEnd func(HoldEnd)
+	onEnd     []func()      // guarded by mu; nil once the session ended
+	done      chan struct{} // closed when the session ends
 }
 
 // Done is closed when the session has ended and released what it held.
@@ -166,8 +186,22 @@ func (s *Session) hold(h holder) {
 		return
 	}
 	s.mu.Lock()
+	if s.holds[h] == 0 {
+		s.holdSince[h] = time.Now()
+	}
 	s.holds[h]++
 	s.mu.Unlock()
+}
+
+// heldSince returns when s began holding h.
+func (s *Session) heldSince(h holder) (time.Time, bool) {
+	if s == nil {
+		return time.Time{}, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := s.holdSince[h]
+	return t, ok
 }
 
 func (s *Session) unhold(h holder) {
@@ -175,10 +209,24 @@ func (s *Session) unhold(h holder) {
 		return
 	}
 	s.mu.Lock()
+	var end *HoldEnd
 	if s.holds[h]--; s.holds[h] <= 0 {
 		delete(s.holds, h)
+		if since, ok := s.holdSince[h]; ok && s.onHoldEnd != nil {
+			end = &HoldEnd{Session: s, Label: s.Label, Held: time.Since(since), SessionEnded: s.ending}
+			if o, ok := h.(interface {
+				Kind() Kind
+				Name() string
+			}); ok {
+				end.Kind, end.Name = o.Kind(), o.Name()
+			}
+		}
+		delete(s.holdSince, h)
 	}
 	s.mu.Unlock()
+	if end != nil {
+		s.onHoldEnd(*end)
+	}
 }
 
 // Holds returns how many holdings the session has (locks and units).
@@ -203,6 +251,11 @@ func (m *Manager) OpenSession(key []byte, pid int, label string) (*Session, erro
 	if len(key) > 0 {
 		if s, ok := m.byKey[string(key)]; ok {
 			s.conns++
+			if label != "" {
+				s.mu.Lock()
+				s.Label = label // status shows the latest connection's label
+				s.mu.Unlock()
+			}
 			return s, nil
 		}
 	}
@@ -212,7 +265,7 @@ func (m *Manager) OpenSession(key []byte, pid int, label string) (*Session, erro
 	}
 	m.nextID++
 	s := &Session{ID: m.nextID, PID: pid, Label: label, key: string(key), slot: slot, conns: 1,
-		refs: make(map[string]int), holds: make(map[holder]int), onEnd: []func(){}, done: make(chan struct{})}
+		refs: make(map[string]int), holds: make(map[holder]int), holdSince: make(map[holder]time.Time), onHoldEnd: m.cfg.OnHoldEnd, onEnd: []func(){}, done: make(chan struct{})}
 	m.sessions[s.ID] = s
 	if len(key) > 0 {
 		m.byKey[s.key] = s
@@ -253,6 +306,7 @@ func (m *Manager) CloseSession(s *Session) {
 	}
 
 	s.mu.Lock()
+	s.ending = true
 	hs := make([]holder, 0, len(s.holds))
 	for h := range s.holds {
 		hs = append(hs, h)
@@ -535,6 +589,9 @@ type ObjectInfo struct {
 	Waiters   int    `msgpack:"waiters"`
 	Refs      int    `msgpack:"refs"`
 	Anonymous bool   `msgpack:"anonymous"`
+	// HeldFor is how long the current holder of a Lock or RLock has held
+	// it, in seconds; absent when it is free or for other kinds.
+	HeldFor float64 `msgpack:"held_for,omitempty"`
 }
 
 // SessionInfo describes one session for status listings.
@@ -584,6 +641,11 @@ func (m *Manager) Snapshot(limit int) ([]ObjectInfo, []SessionInfo) {
 	for i, x := range es {
 		st, w := x.e.obj.Describe()
 		objs[i] = ObjectInfo{Kind: x.e.obj.Kind(), Name: x.name, State: st, Waiters: w, Refs: refs[x.e], Anonymous: x.e.anon}
+		if h, ok := x.e.obj.(interface{ HeldSince() (time.Time, bool) }); ok {
+			if since, held := h.HeldSince(); held {
+				objs[i].HeldFor = time.Since(since).Seconds()
+			}
+		}
 	}
 	for i, s := range sessions {
 		ss[i].Holds = s.Holds()

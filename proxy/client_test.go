@@ -1,7 +1,6 @@
 package proxy_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -161,14 +160,14 @@ func TestClientHandles(t *testing.T) {
 	}
 
 	q, _ := a.Queue(ctx, "Q", 1)
-	must(t, q.Put(ctx, []byte("x")))
-	if err := q.TryPut(ctx, []byte("y")); !errors.Is(err, proxy.ErrFull) {
+	must(t, q.Put(ctx, "x"))
+	if err := q.TryPut(ctx, "y"); !errors.Is(err, proxy.ErrFull) {
 		t.Fatalf("TryPut on a full queue: %v", err)
 	}
 	if n, _ := q.Len(ctx); n != 1 {
 		t.Fatalf("Len %d", n)
 	}
-	if got, err := q.TryGet(ctx); string(got) != "x" || err != nil {
+	if got, err := q.TryGet(ctx); got != "x" || err != nil {
 		t.Fatalf("TryGet: %q %v", got, err)
 	}
 	if _, err := q.TryGet(ctx); !errors.Is(err, proxy.ErrEmpty) {
@@ -194,7 +193,7 @@ func TestClientCancelGivesBack(t *testing.T) {
 	qb, _ := b.Queue(ctx, "Q", 0)
 	for i := 0; i < 30; i++ {
 		cctx, cancel := context.WithCancel(ctx)
-		got := make(chan []byte, 1)
+		got := make(chan any, 1)
 		go func() {
 			item, err := qb.Get(cctx)
 			if err != nil {
@@ -206,9 +205,9 @@ func TestClientCancelGivesBack(t *testing.T) {
 		var wg sync.WaitGroup
 		wg.Add(2)
 		go func() { defer wg.Done(); cancel() }()
-		go func() { defer wg.Done(); must(t, qa.Put(ctx, []byte("item"))) }()
+		go func() { defer wg.Done(); must(t, qa.Put(ctx, "item")) }()
 		wg.Wait()
-		var item []byte
+		var item any
 		select {
 		case item = <-got:
 		case <-time.After(bound):
@@ -219,7 +218,7 @@ func TestClientCancelGivesBack(t *testing.T) {
 		}
 		// Given back (unget is sent without a reply: allow it to arrive).
 		back, err := qa.Get(ctx)
-		if err != nil || !bytes.Equal(back, []byte("item")) {
+		if err != nil || back != "item" {
 			t.Fatalf("iteration %d: item lost: %q %v", i, back, err)
 		}
 	}

@@ -64,24 +64,24 @@ func TestPutDeadline(t *testing.T) {
 	g, err := c2.Queue(ctx, "qd", 1)
 	must(t, err)
 	for i := 0; i < 100; i++ {
-		must(t, q.TryPut(ctx, []byte("filler")))
+		must(t, q.TryPut(ctx, "filler"))
 		var wg sync.WaitGroup
 		wg.Add(1)
 		go func() { // make room at about the deadline
 			defer wg.Done()
 			time.Sleep(2 * time.Millisecond)
-			if b, err := g.Get(ctx); err != nil || string(b) != "filler" {
+			if b, err := g.Get(ctx); err != nil || b != "filler" {
 				t.Errorf("round %d: get filler: %q %v", i, b, err)
 			}
 		}()
 		item := fmt.Sprintf("item-%d", i)
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Millisecond)
-		perr := q.Put(pctx, []byte(item))
+		perr := q.Put(pctx, item)
 		cancel()
 		wg.Wait()
 		b, gerr := g.TryGet(ctx)
 		switch {
-		case perr == nil && (gerr != nil || string(b) != item):
+		case perr == nil && (gerr != nil || b != item):
 			t.Fatalf("round %d: Put succeeded but the queue holds %q (%v)", i, b, gerr)
 		case perr != nil && gerr == nil:
 			t.Fatalf("round %d: Put returned %v but its item %q is in the queue", i, perr, b)

@@ -5,8 +5,16 @@
 // multiplexed by id, so a goroutine blocked in Lock.Acquire does not stall
 // the others. Handles are split by family as the daemon's ops are: sync.go
 // (Lock, RLock, Semaphore, BoundedSemaphore, Event, Value, Condition,
-// Barrier), queue.go (Queue, JoinableQueue), containers.go (dict, list);
-// op, kind and argument names come from package wire.
+// Barrier), queue.go (Queue, JoinableQueue), containers.go (dict, list,
+// namespace); op, kind and argument names come from package wire.
+//
+// Queue items, Value("O") values, dict keys and values, list items and
+// namespace attributes are values in the encoding the Python client shares
+// (values.go, docs/protocol.md section 10): plain data as msgpack, read back
+// as nil, bool, int64, uint64, float64, string, []byte, []any and maps; a
+// value Python pickled arrives as a Pickle, which can be stored again as it
+// is. DialEnv (env.go) finds the daemon and key from the same environment
+// variables as Python.
 //
 // An error means no effect. Every call that can block takes a
 // context.Context; a deadline is also sent as the op's timeout, so the

@@ -50,7 +50,7 @@ func TestParityHandles(t *testing.T) {
 	c1, c2 := dial(), dial()
 	jq1, _ := c1.JoinableQueue(ctx, "jq", 0)
 	jq2, _ := c2.JoinableQueue(ctx, "jq", 0)
-	if err := jq1.Put(ctx, []byte("job")); err != nil {
+	if err := jq1.Put(ctx, "job"); err != nil {
 		t.Fatal(err)
 	}
 	go func() {
@@ -64,19 +64,19 @@ func TestParityHandles(t *testing.T) {
 
 	// Dict and List.
 	d, _ := c1.Dict(ctx, "d")
-	if err := d.Update(ctx, map[string][]byte{"a": []byte("1"), "b": []byte("2")}); err != nil {
+	if err := d.Update(ctx, map[string]any{"a": "1", "b": "2"}); err != nil {
 		t.Fatal(err)
 	}
-	if v, err := d.Get(ctx, []byte("b")); err != nil || string(v) != "2" {
+	if v, err := d.Get(ctx, "b"); err != nil || v != "2" {
 		t.Fatalf("get b: %q %v", v, err)
 	}
-	if _, err := d.Get(ctx, []byte("zz")); err == nil {
+	if _, err := d.Get(ctx, "zz"); err == nil {
 		t.Fatal("missing key: no error")
 	}
 	l, _ := c2.List(ctx, "l")
-	_ = l.Append(ctx, []byte("x"))
-	_ = l.Append(ctx, []byte("y"))
-	if v, err := l.Get(ctx, -1); err != nil || string(v) != "y" {
+	_ = l.Append(ctx, "x")
+	_ = l.Append(ctx, "y")
+	if v, err := l.Get(ctx, -1); err != nil || v != "y" {
 		t.Fatalf("list[-1]: %q %v", v, err)
 	}
 

@@ -8,7 +8,8 @@ import (
 
 // Handles of the queue family: Queue and JoinableQueue.
 
-// Queue is a shared FIFO of byte strings.
+// Queue is a shared FIFO. Items are values in the encoding both clients
+// share (see EncodeValue): a Python process gets what a Go process put.
 type Queue struct{ Handle }
 
 // Queue returns the named Queue (maxsize <= 0: unbounded).
@@ -17,30 +18,52 @@ func (c *Client) Queue(ctx context.Context, name string, maxsize int) (*Queue, e
 	return &Queue{h}, err
 }
 
-// Put appends item, waiting for room until ctx ends.
-func (q *Queue) Put(ctx context.Context, item []byte) error {
-	_, err := q.call(ctx, wire.OpPut, nil, append([]any{wire.ArgItem, item}, timeoutArgs(ctx)...)...)
+// Put appends item (encoded with EncodeValue), waiting for room until ctx ends.
+func (q *Queue) Put(ctx context.Context, item any) error {
+	b, err := EncodeValue(item)
+	if err != nil {
+		return err
+	}
+	_, err = q.call(ctx, wire.OpPut, nil, append([]any{wire.ArgItem, b}, timeoutArgs(ctx)...)...)
 	return err
 }
 
 // TryPut appends without waiting; ErrFull when there is no room.
-func (q *Queue) TryPut(ctx context.Context, item []byte) error {
-	_, err := q.call(ctx, wire.OpPut, nil, wire.ArgItem, item, wire.ArgBlock, false)
+func (q *Queue) TryPut(ctx context.Context, item any) error {
+	b, err := EncodeValue(item)
+	if err != nil {
+		return err
+	}
+	_, err = q.call(ctx, wire.OpPut, nil, wire.ArgItem, b, wire.ArgBlock, false)
 	return err
 }
 
-// Get removes the first item, waiting until ctx ends (ErrEmpty on a deadline).
-func (q *Queue) Get(ctx context.Context) ([]byte, error) {
+// Get removes the first item, waiting until ctx ends (ErrEmpty on a
+// deadline), and returns it decoded (see DecodeValue).
+func (q *Queue) Get(ctx context.Context) (any, error) {
 	res, err := q.call(ctx, wire.OpGet, q.undoGet, timeoutArgs(ctx)...)
-	b, _ := res.([]byte)
-	return b, err
+	return q.decode(res, err)
 }
 
 // TryGet removes the first item without waiting; ErrEmpty when none.
-func (q *Queue) TryGet(ctx context.Context) ([]byte, error) {
+func (q *Queue) TryGet(ctx context.Context) (any, error) {
 	res, err := q.call(ctx, wire.OpGet, q.undoGet, wire.ArgBlock, false)
+	return q.decode(res, err)
+}
+
+// decode decodes a got item; an item that does not decode goes back to the
+// front of the queue, so that the error costs nothing.
+func (q *Queue) decode(res any, err error) (any, error) {
+	if err != nil {
+		return nil, err
+	}
 	b, _ := res.([]byte)
-	return b, err
+	v, err := DecodeValue(b)
+	if err != nil {
+		q.undoGet(res)
+		return nil, err
+	}
+	return v, nil
 }
 
 func (q *Queue) undoGet(res any) {

@@ -130,20 +130,50 @@ func (e *Event) WaitTimeout(ctx context.Context, d time.Duration) (bool, error) 
 	return res == true, err
 }
 
-// Value is a shared typed value.
-type Value struct{ Handle }
+// Value is a shared typed value. Typecode "O" holds any value in the
+// encoding both clients share (see EncodeValue); the numeric typecodes hold
+// numbers the daemon adds and compares itself.
+type Value struct {
+	Handle
+	typecode string
+}
 
 // Value returns the named Value with a typecode and initial value.
 func (c *Client) Value(ctx context.Context, name, typecode string, initial any) (*Value, error) {
+	if typecode == "O" && initial != nil {
+		b, err := EncodeValue(initial)
+		if err != nil {
+			return nil, err
+		}
+		initial = b
+	}
 	h, err := c.create(ctx, wire.KindValue, name, wire.ArgTypecode, typecode, wire.ArgValue, initial)
-	return &Value{h}, err
+	return &Value{h, typecode}, err
 }
 
-// Get returns the value (int64, uint64, float64, bool or []byte).
-func (v *Value) Get(ctx context.Context) (any, error) { return v.call(ctx, wire.OpGet, nil) }
+// Get returns the value: int64, uint64, float64, bool or []byte for the
+// numeric typecodes and "c", a decoded value (see DecodeValue) for "O".
+func (v *Value) Get(ctx context.Context) (any, error) {
+	res, err := v.call(ctx, wire.OpGet, nil)
+	if err != nil || v.typecode != "O" {
+		return res, err
+	}
+	b, _ := res.([]byte)
+	if len(b) == 0 {
+		return nil, nil // never set
+	}
+	return DecodeValue(b)
+}
 
 // Set replaces the value.
 func (v *Value) Set(ctx context.Context, x any) error {
+	if v.typecode == "O" {
+		b, err := EncodeValue(x)
+		if err != nil {
+			return err
+		}
+		x = b
+	}
 	_, err := v.call(ctx, wire.OpSet, nil, wire.ArgValue, x)
 	return err
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/syncmgr/syncmgr/auth"
 	"github.com/syncmgr/syncmgr/manager"
+	"github.com/syncmgr/syncmgr/metrics"
 	"github.com/syncmgr/syncmgr/wire"
 )
 
@@ -30,10 +31,13 @@ type conn struct {
 	ctx    context.Context // cancelled when the connection ends
 	cancel context.CancelFunc
 
+	transport string  // metrics.TransportUnix or metrics.TransportTCP
+	cur       opLabel // the request dispatch is running; read by park in the same goroutine
+
 	wmu sync.Mutex // serialises writes
 
 	pmu      sync.Mutex
-	parked   map[uint64]context.CancelFunc
+	parked   map[uint64]*parkedReq
 	draining bool           // set by drainParked: nothing more may park
 	pwg      sync.WaitGroup // parked requests; Add only under pmu while !draining
 
@@ -43,8 +47,47 @@ type conn struct {
 func (s *Server) newConn(nc net.Conn) *conn {
 	id := s.nextConn.Add(1)
 	ctx, cancel := context.WithCancel(s.ctx)
-	return &conn{srv: s, nc: nc, id: id, ctx: ctx, cancel: cancel, parked: make(map[uint64]context.CancelFunc),
-		log: s.log.With().Uint64("conn", id).Logger()}
+	return &conn{srv: s, nc: nc, id: id, ctx: ctx, cancel: cancel, parked: make(map[uint64]*parkedReq),
+		transport: transportOf(nc), log: s.log.With().Uint64("conn", id).Logger()}
+}
+
+// transportOf names the transport of nc for metrics.
+func transportOf(nc net.Conn) string {
+	if _, ok := nc.(*net.UnixConn); ok {
+		return metrics.TransportUnix
+	}
+	return metrics.TransportTCP
+}
+
+// opLabel names a request for metrics and status: the kind of object it
+// addresses ("server" for none), the op from the op table and the object's
+// name. Kind and op come from the table, never from unchecked input.
+type opLabel struct {
+	kind, op, name string
+}
+
+// parkedReq is a request waiting in park.
+type parkedReq struct {
+	cancel context.CancelFunc
+	label  opLabel
+	since  time.Time
+}
+
+// Waiting describes a parked request for status listings.
+type Waiting struct {
+	Session uint64  `msgpack:"session"`
+	Kind    string  `msgpack:"kind"`
+	Name    string  `msgpack:"name"`
+	Op      string  `msgpack:"op"`
+	For     float64 `msgpack:"for"` // seconds
+}
+
+// result names the outcome of a request for metrics: "ok" or its error code.
+func result(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return string(toWire(err).Code)
 }
 
 func (c *conn) close() {
@@ -64,6 +107,7 @@ func (c *conn) serve() {
 	c.srv.unauth.Add(-1)
 	if err != nil {
 		c.log.Debug().Err(err).Msg("handshake failed")
+		c.countHandshakeFailure(err)
 		return
 	}
 	sess, err := c.srv.mgr.OpenSession(peer.Session, peer.PID, peer.Label)
@@ -77,12 +121,14 @@ func (c *conn) serve() {
 		return
 	}
 	c.srv.authed.Add(1)
+	c.srv.cfg.Metrics.ConnOpened(c.transport)
 	c.log.Debug().Uint64("session", sess.ID).Int("pid", peer.PID).Str("label", peer.Label).Msg("client connected")
 	defer func() {
 		c.close()
 		c.pwg.Wait() // every parked request has undone what it could not deliver
 		c.srv.mgr.CloseSession(sess)
 		c.srv.authed.Add(-1)
+		c.srv.cfg.Metrics.ConnClosed(c.transport)
 		c.srv.track(c, false)
 		c.log.Debug().Uint64("session", sess.ID).Msg("client disconnected")
 	}()
@@ -92,11 +138,11 @@ func (c *conn) serve() {
 func (c *conn) handshake() (*auth.Peer, error) {
 	if err := c.checkPeer(); err != nil {
 		c.log.Warn().Err(err).Msg("refused connection")
-		return nil, err
+		return nil, &refusal{"peer_uid", err}
 	}
 	if c.srv.authed.Load() >= int64(c.srv.cfg.MaxConns) {
 		c.writeHandshakeError(wire.CodeLimit, "too many connections")
-		return nil, errors.New("too many connections")
+		return nil, &refusal{"max_conns", errors.New("too many connections")}
 	}
 	_ = c.nc.SetDeadline(time.Now().Add(c.srv.cfg.HandshakeTimeout))
 	peer, err := auth.Server(c.nc, auth.ServerConfig{Key: c.srv.cfg.Key, MaxFrame: c.srv.cfg.MaxFrame,
@@ -110,6 +156,35 @@ func (c *conn) handshake() (*auth.Peer, error) {
 	}
 	_ = c.nc.SetDeadline(time.Time{})
 	return peer, nil
+}
+
+// refusal is a connection turned away before its handshake, with the reason
+// metrics count it under.
+type refusal struct {
+	reason string
+	err    error
+}
+
+func (r *refusal) Error() string { return r.err.Error() }
+func (r *refusal) Unwrap() error { return r.err }
+
+// countHandshakeFailure counts a connection that did not complete its
+// handshake: a refusal by its reason, else a failure as "auth" (wrong key),
+// "timeout" or "protocol" (anything else the peer got wrong).
+func (c *conn) countHandshakeFailure(err error) {
+	var r *refusal
+	var he *auth.HandshakeError
+	var ne net.Error
+	switch {
+	case errors.As(err, &r):
+		c.srv.cfg.Metrics.Refused(c.transport, r.reason)
+	case errors.As(err, &he) && he.Code == wire.CodeAuthFailed:
+		c.srv.cfg.Metrics.HandshakeFailed(c.transport, "auth")
+	case errors.As(err, &ne) && ne.Timeout():
+		c.srv.cfg.Metrics.HandshakeFailed(c.transport, "timeout")
+	default:
+		c.srv.cfg.Metrics.HandshakeFailed(c.transport, "protocol")
+	}
 }
 
 func (c *conn) writeHandshakeError(code wire.Code, msg string) {
@@ -216,20 +291,25 @@ func (c *conn) dispatch(req *wire.Request) {
 	o, err := c.srv.ops.find(req)
 	if err != nil {
 		c.reply(req.ID, nil, err)
+		c.srv.cfg.Metrics.Op("unknown", "unknown", result(err))
 		return
 	}
+	c.cur = opLabel{kind: o.kind, op: o.name}
+	c.cur.name, _ = req.Args[wire.ArgName].(string)
 	if o.fn != nil {
 		res, err := o.fn(c, req.ID, req.Args)
 		c.reply(req.ID, res, err)
+		c.srv.cfg.Metrics.Op(c.cur.kind, c.cur.op, result(err))
 		return
 	}
 	res, g, err := o.grant(c, req.ID, req.Args)
 	switch {
-	case err == errParked:
+	case err == errParked: // counted when park answers it
 	case err != nil:
 		c.reply(req.ID, nil, err)
+		c.srv.cfg.Metrics.Op(c.cur.kind, c.cur.op, result(err))
 	default:
-		c.deliver(req.ID, res, g)
+		c.srv.cfg.Metrics.Op(c.cur.kind, c.cur.op, c.deliver(req.ID, res, g))
 	}
 }
 
@@ -237,16 +317,18 @@ func (c *conn) dispatch(req *wire.Request) {
 // undoes the grant when nobody is left to receive the reply or it could not
 // be written. This is the only place the socket transport commits or undoes
 // a grant: no handler writes an undo of its own.
-func (c *conn) deliver(id uint64, res any, g manager.Grant) {
+// It returns the outcome for metrics: "ok" or "undone".
+func (c *conn) deliver(id uint64, res any, g manager.Grant) string {
 	if id == 0 { // the client asked for no reply: the effect stands
 		g.Commit()
-		return
+		return "ok"
 	}
 	if c.ctx.Err() != nil || c.writeReply(id, nil, res) != nil {
 		g.Undo()
-		return
+		return "undone"
 	}
 	g.Commit()
+	return "ok"
 }
 
 // reply answers request id; it fails when the reply could not be written.
@@ -308,13 +390,14 @@ func (c *conn) park(id uint64, wait waitFunc) error {
 		cancel()
 		return manager.ErrShutdown
 	}
+	label := c.cur
 	if id != 0 {
 		if _, dup := c.parked[id]; dup {
 			c.pmu.Unlock()
 			cancel()
 			return wire.Errorf(wire.CodeBadRequest, "request id %d is already in flight", id)
 		}
-		c.parked[id] = cancel
+		c.parked[id] = &parkedReq{cancel: cancel, label: label, since: time.Now()}
 	}
 	c.pwg.Add(1)
 	c.pmu.Unlock()
@@ -329,20 +412,32 @@ func (c *conn) park(id uint64, wait waitFunc) error {
 		cancel()
 		if err != nil {
 			c.reply(id, nil, err)
+			c.srv.cfg.Metrics.Op(label.kind, label.op, result(err))
 			return
 		}
-		c.deliver(id, res, g)
+		c.srv.cfg.Metrics.Op(label.kind, label.op, c.deliver(id, res, g))
 	}()
 	return errParked
+}
+
+// waiting lists the connection's parked requests.
+func (c *conn) waiting(now time.Time, out []Waiting) []Waiting {
+	c.pmu.Lock()
+	defer c.pmu.Unlock()
+	for _, p := range c.parked {
+		out = append(out, Waiting{Session: c.sess.ID, Kind: p.label.kind, Name: p.label.name, Op: p.label.op,
+			For: now.Sub(p.since).Seconds()})
+	}
+	return out
 }
 
 // cancelParked cancels the parked request id, if any.
 func (c *conn) cancelParked(id uint64) {
 	c.pmu.Lock()
-	cancel := c.parked[id]
+	p := c.parked[id]
 	c.pmu.Unlock()
-	if cancel != nil {
-		cancel()
+	if p != nil {
+		p.cancel()
 	}
 }
 

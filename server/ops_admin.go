@@ -111,5 +111,5 @@ func opStatus(c *conn, _ uint64, a wire.Args) (any, error) {
 		Connections: c.srv.authed.Load(), Handshaking: c.srv.unauth.Load(), Objects: nobj, Sessions: nsess,
 		BootID: c.srv.bootID, MaxFrame: c.srv.cfg.MaxFrame, ObjectsListed: len(objs), ObjectsOmmitted: nobj - len(objs),
 		Goroutines: runtime.NumGoroutine(), RSS: RSS()}
-	return map[string]any{"server": st, "objects": objs, "sessions": sess}, nil
+	return map[string]any{"server": st, "objects": objs, "sessions": sess, "waiting": c.srv.waiting()}, nil
 }

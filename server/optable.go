@@ -27,6 +27,8 @@ type granter func(c *conn, id uint64, a wire.Args) (any, manager.Grant, error)
 // op is one entry of the table: exactly one of fn and grant is set.
 type op struct {
 	family string
+	name   string // the op's name, for metrics and status
+	kind   string // the kind it is entered under, "server" for server ops
 	fn     handler
 	grant  granter
 }
@@ -62,7 +64,7 @@ func (t *opTable) serverOp(family, name string, fn handler) {
 	if _, dup := t.server[name]; dup {
 		panic(fmt.Sprintf("op table: server op %q defined twice", name))
 	}
-	t.server[name] = &op{family: family, fn: fn}
+	t.server[name] = &op{family: family, name: name, kind: "server", fn: fn}
 }
 
 // objectOp adds an op to each of kinds; exactly one of fn and g is set.
@@ -79,7 +81,7 @@ func (t *opTable) objectOp(family string, kinds []string, name string, fn handle
 		if _, dup := ops[name]; dup {
 			panic(fmt.Sprintf("op table: op %q of kind %q defined twice", name, k))
 		}
-		ops[name] = &op{family: family, fn: fn, grant: g}
+		ops[name] = &op{family: family, name: name, kind: k, fn: fn, grant: g}
 	}
 	t.named[name] = true
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/syncmgr/syncmgr/manager"
+	"github.com/syncmgr/syncmgr/metrics"
 	"github.com/syncmgr/syncmgr/shmregistry"
 )
 
@@ -31,6 +33,7 @@ type Config struct {
 	AllowOtherUsers    bool                  // accept Unix peers with another uid
 	Shm                *shmregistry.Registry // shared-memory segments; nil disables the shm ops
 	Logger             zerolog.Logger
+	Metrics            *metrics.Metrics // counters to update; nil records nothing
 }
 
 // Server serves a manager over any number of listeners.
@@ -118,6 +121,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		backoff = 0
 		if s.unauth.Add(1) > int64(s.cfg.MaxUnauthenticated) {
 			s.unauth.Add(-1)
+			s.cfg.Metrics.Refused(transportOf(nc), "handshakes")
 			s.log.Warn().Str("remote", nc.RemoteAddr().String()).Msg("too many connections in handshake; closing")
 			nc.Close()
 			continue
@@ -239,3 +243,20 @@ func BootID() string {
 }
 
 var osPID = os.Getpid()
+
+// waiting lists every parked request of every connection, longest first.
+func (s *Server) waiting() []Waiting {
+	s.mu.Lock()
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	now := time.Now()
+	out := []Waiting{}
+	for _, c := range conns {
+		out = c.waiting(now, out)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].For > out[j].For })
+	return out
+}

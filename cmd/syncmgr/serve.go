@@ -50,6 +50,7 @@ func runServe(ctx context.Context, args []string) error {
 		shmDir        = fs.String("shm-dir", "/dev/shm", "directory (tmpfs) for shared-memory segments; \"none\" disables the registry")
 		shmLimit      = fs.String("shm-limit", "50%", "cap on all segments together: bytes (with K, M, G suffix) or a percentage of --shm-dir's size")
 	)
+	mflags := addMetricsFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: syncmgr serve [flags]\n\nRun the daemon. The authkey comes from --authkey-file, $SYNCMGR_AUTHKEY (hex)\nor the file named by $SYNCMGR_AUTHKEY_FILE; make one with 'syncmgr keygen'.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -67,6 +68,11 @@ func runServe(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	mtr, stopMetrics, err := mflags.start(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	key, found, err := auth.LoadKey(*keyFile)
 	if err != nil {
 		return err
@@ -100,8 +106,11 @@ func runServe(ctx context.Context, args []string) error {
 		defer shm.Close() // a graceful stop unlinks every segment
 	}
 	mcfg := manager.Config{ShareGrace: *shareGrace, MaxObjectsPerSession: *maxPerClient, MaxObjects: *maxObjects, MaxQueue: *maxQueue}
+	mcfg.OnHoldEnd = holdEnds(log, mtr)
+	mgr := manager.New(mcfg)
+	mtr.SetSource(stateSource(mgr, shm))
 	srv, err := server.New(server.Config{Key: key, MaxFrame: uint32(*maxFrame), HandshakeTimeout: *hsTimeout,
-		MaxUnauthenticated: *maxUnauth, MaxConns: *maxConns, AllowOtherUsers: *allowOthers, Logger: log, Shm: shm}, manager.New(mcfg))
+		MaxUnauthenticated: *maxUnauth, MaxConns: *maxConns, AllowOtherUsers: *allowOthers, Logger: log, Shm: shm, Metrics: mtr}, mgr)
 	if err != nil {
 		return err
 	}

@@ -2,12 +2,21 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
+	"sort"
+	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/dustin/go-humanize"
 
 	"github.com/syncmgr/syncmgr/auth"
 	"github.com/syncmgr/syncmgr/proxy"
@@ -19,11 +28,15 @@ func runStatus(ctx context.Context, args []string) error {
 	addr := fs.String("address", defaultAddress(), "daemon address: a socket path or tcp://host:port (default $SYNCMGR_ADDRESS)")
 	keyFile := fs.String("authkey-file", "", "file holding the authkey as hex (default $SYNCMGR_AUTHKEY)")
 	limit := fs.Int("limit", 1000, "list at most this many objects")
+	asJSON := fs.Bool("json", false, "print one JSON document (server, objects, sessions, waiting, shared_memory) instead of tables")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
 		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
 	}
 	key, found, err := auth.LoadKey(*keyFile)
 	if err != nil {
@@ -44,39 +57,208 @@ func runStatus(ctx context.Context, args []string) error {
 		return fmt.Errorf("status: %w", err)
 	}
 	st, _ := res.(map[string]any)
+	if st == nil {
+		return fmt.Errorf("status: unexpected reply %T", res)
+	}
+	if sh, err := c.Call(ctx, "shm_list", nil, nil); err == nil {
+		st["shared_memory"] = sh
+	}
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(jsonable(st))
+	}
+	return printStatus(os.Stdout, st)
+}
+
+// printStatus writes the status as tables for a person at a terminal. Every
+// string that came from the daemon (and so, possibly, from a client: labels,
+// names, states) goes through clean, so no client can write control
+// characters or fake lines to the operator's terminal.
+func printStatus(out io.Writer, st map[string]any) error {
 	srv, _ := st["server"].(map[string]any)
-	rss, _ := srv["rss"].(int64)
-	fmt.Printf("syncmgr %v  pid %v  up %.0fs  %v connections  %v objects  %v sessions  rss %.1f MiB  %v goroutines\n\n",
-		srv["version"], srv["pid"], srv["uptime"], srv["connections"], srv["objects"], srv["sessions"], float64(rss)/(1<<20), srv["goroutines"])
-	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "KIND\tNAME\tSTATE\tWAITERS\tREFS")
+	fmt.Fprintf(out, "syncmgr %s  pid %s  up %s  %s connections  %s objects  %s sessions  rss %s  %s goroutines\n\n",
+		str(srv["version"]), str(srv["pid"]), duration(srv["uptime"]), str(srv["connections"]), str(srv["objects"]),
+		str(srv["sessions"]), size(srv["rss"]), str(srv["goroutines"]))
+
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "KIND\tNAME\tSTATE\tHELD FOR\tWAITERS\tREFS")
 	for _, o := range list(st["objects"]) {
-		fmt.Fprintf(w, "%v\t%v\t%v\t%v\t%v\n", o["kind"], o["name"], o["state"], o["waiters"], o["refs"])
-	}
-	w.Flush()
-	if n, _ := srv["objects_omitted"].(int64); n > 0 {
-		fmt.Printf("(%d more objects not listed; see --limit)\n", n)
-	}
-	fmt.Println()
-	w = tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "SESSION\tPID\tCONNS\tHOLDS\tLABEL")
-	for _, s := range list(st["sessions"]) {
-		fmt.Fprintf(w, "%v\t%v\t%v\t%v\t%v\n", s["id"], s["pid"], s["conns"], s["holds"], s["label"])
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", str(o["kind"]), str(o["name"]), str(o["state"]),
+			duration(o["held_for"]), str(o["waiters"]), str(o["refs"]))
 	}
 	if err := w.Flush(); err != nil {
 		return err
 	}
-	if res, err := c.Call(ctx, "shm_list", nil, nil); err == nil {
-		sh, _ := res.(map[string]any)
-		fmt.Printf("\nshared memory: %v bytes in use of %v (0: no cap) in %v\n", sh["used"], sh["limit"], sh["dir"])
-		w = tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	if n, ok := toInt(srv["objects_omitted"]); ok && n > 0 {
+		fmt.Fprintf(out, "(%d more objects not listed; see --limit)\n", n)
+	}
+
+	labels := map[string]string{}
+	fmt.Fprintln(out)
+	w = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "SESSION\tPID\tCONNS\tHOLDS\tLABEL")
+	for _, s := range list(st["sessions"]) {
+		labels[str(s["id"])] = str(s["label"])
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", str(s["id"]), str(s["pid"]), str(s["conns"]), str(s["holds"]), str(s["label"]))
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+
+	if waits := list(st["waiting"]); len(waits) > 0 {
+		sort.SliceStable(waits, func(i, j int) bool { return num(waits[i]["for"]) > num(waits[j]["for"]) })
+		fmt.Fprintln(out)
+		w = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "WAITING\tSESSION\tLABEL\tON\tOP\tFOR")
+		for i, x := range waits {
+			fmt.Fprintf(w, "%d\t%s\t%s\t%s %s\t%s\t%s\n", i+1, str(x["session"]), labels[str(x["session"])],
+				str(x["kind"]), str(x["name"]), str(x["op"]), duration(x["for"]))
+		}
+		if err := w.Flush(); err != nil {
+			return err
+		}
+	}
+
+	if sh, ok := st["shared_memory"].(map[string]any); ok {
+		limit := "no cap"
+		if n, _ := toInt(sh["limit"]); n > 0 {
+			limit = "a cap of " + size(sh["limit"])
+		}
+		fmt.Fprintf(out, "\nshared memory: %s in use, %s, in %s\n", size(sh["used"]), limit, str(sh["dir"]))
+		w = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(w, "SEGMENT\tSIZE\tCREATOR\tATTACHED\tAGE")
 		for _, s := range list(sh["segments"]) {
-			fmt.Fprintf(w, "%v\t%v\t%v\t%v\t%.0fs\n", s["name"], s["size"], s["creator"], s["attached"], s["age"])
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", str(s["name"]), size(s["size"]), str(s["creator"]),
+				str(s["attached"]), duration(s["age"]))
 		}
 		return w.Flush()
 	}
 	return nil
+}
+
+// clean makes a string from the daemon safe to print: returned as it is when
+// every rune is printable (spaces included), else quoted with Go escapes, so
+// that newlines, tabs, terminal escapes, bidi overrides and invalid UTF-8 show
+// as \n, \t, \x1b, \u202e, \xff instead of acting on the terminal.
+func clean(s string) string {
+	for _, r := range s {
+		if r == utf8.RuneError || r == '\\' || r == '"' || (!unicode.IsPrint(r) && r != ' ') {
+			return strconv.Quote(s)
+		}
+	}
+	return s
+}
+
+// str formats one value of the reply for a table cell.
+func str(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "-"
+	case string:
+		return clean(x)
+	case []byte:
+		return clean(string(x))
+	case float64:
+		return strconv.FormatFloat(x, 'f', -1, 64)
+	case float32:
+		return strconv.FormatFloat(float64(x), 'f', -1, 32)
+	default:
+		return clean(fmt.Sprint(x))
+	}
+}
+
+func toInt(v any) (int64, bool) {
+	switch x := v.(type) {
+	case int64:
+		return x, true
+	case int8:
+		return int64(x), true
+	case int16:
+		return int64(x), true
+	case int32:
+		return int64(x), true
+	case int:
+		return int64(x), true
+	case uint8:
+		return int64(x), true
+	case uint16:
+		return int64(x), true
+	case uint32:
+		return int64(x), true
+	case uint64:
+		return int64(x), true
+	case float64:
+		return int64(x), true
+	}
+	return 0, false
+}
+
+func num(v any) float64 {
+	if f, ok := v.(float64); ok {
+		return f
+	}
+	if f, ok := v.(float32); ok {
+		return float64(f)
+	}
+	n, _ := toInt(v)
+	return float64(n)
+}
+
+// size formats a byte count as "1.0 MiB".
+func size(v any) string {
+	n, ok := toInt(v)
+	if !ok || n < 0 {
+		return "-"
+	}
+	return humanize.IBytes(uint64(n))
+}
+
+// duration formats seconds as "250ms", "12s", "3m20s", "5h2m".
+func duration(v any) string {
+	if v == nil {
+		return "-"
+	}
+	d := time.Duration(num(v) * float64(time.Second))
+	switch {
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	case d < time.Hour:
+		return d.Round(time.Second).String()
+	default:
+		return strings.TrimSuffix(d.Round(time.Minute).String(), "0s")
+	}
+}
+
+// jsonable turns a decoded msgpack reply into values encoding/json accepts
+// (maps with string keys; bytes as strings).
+func jsonable(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k] = jsonable(e)
+		}
+		return out
+	case map[any]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[fmt.Sprint(k)] = jsonable(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = jsonable(e)
+		}
+		return out
+	case []byte:
+		return string(x)
+	default:
+		return x
+	}
 }
 
 func list(x any) []map[string]any {

@@ -35,6 +35,7 @@ from . import exceptions as exc
 from ._framing import HEADER, bin_reply, check_size, encode_request, frame, packb, sendmsg_all
 
 _log = logging.getLogger("syncmgr")
+_log.addHandler(logging.NullHandler())
 
 PROTOCOL_VERSION = 1
 _HANDSHAKE_MAX = 4 << 10
@@ -50,6 +51,46 @@ _IDLE_CHECK = 0.5
 _session_id = os.urandom(16)
 _clients: dict[str, Client] = {}
 _clients_lock = threading.Lock()
+
+
+_label: Optional[str] = None
+MAX_LABEL = 128
+
+
+def set_label(label: Optional[str]) -> None:
+    """Name this process in ``syncmgr status`` (None: the default label).
+    It applies to the connections this process opens from now on; the
+    daemon shows the label of a session's latest connection."""
+    global _label
+    if label is not None and not isinstance(label, str):
+        raise TypeError("a label is a str")
+    _label = label[:MAX_LABEL] if label is not None else None
+
+
+def current_label() -> str:
+    """The label the next connection presents: the one set with
+    ``set_label`` (or ``connect(label=...)``), else the program's name, its
+    pid, the multiprocessing process name when it is not the main process,
+    and the Ray worker id when running in a Ray worker."""
+    if _label is not None:
+        return _label
+    prog = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    parts = [f"{prog if prog not in ('', '-c', '-') else 'python'}[{os.getpid()}]"]
+    mp = sys.modules.get("multiprocessing")
+    if mp is not None:
+        name = mp.current_process().name
+        if name != "MainProcess":
+            parts.append(name)
+    ray = sys.modules.get("ray")
+    if ray is not None:
+        try:
+            if ray.is_initialized():
+                ctx = ray.get_runtime_context()
+                if ctx.worker.mode == ray.WORKER_MODE:
+                    parts.append(f"ray worker {ctx.get_worker_id()[:16]}")
+        except Exception:  # noqa: BLE001 - a label must never break a connection
+            pass
+    return " ".join(parts)[:MAX_LABEL]
 
 
 def _after_fork_in_child() -> None:
@@ -208,8 +249,7 @@ class Connection:
             self.max_frame = int(hello.get("max_frame", self.max_frame))
             auth = {"t": "auth", "version": PROTOCOL_VERSION, "nonce": nc,
                     "mac": hmac.new(key, _CLIENT_LABEL + ns + nc, hashlib.sha256).digest(),
-                    "session": session, "pid": os.getpid(),
-                    "label": f"python {sys.version_info[0]}.{sys.version_info[1]} {socket.gethostname()}"[:128]}
+                    "session": session, "pid": os.getpid(), "label": current_label()}
             self._send([frame(packb(auth))])
             welcome = msgpack.unpackb(self._recv_frame(_HANDSHAKE_MAX), raw=False)
             if isinstance(welcome, dict) and welcome.get("t") == "error":
@@ -366,6 +406,7 @@ class Client:
         self.boot_id = ""
         self.max_frame = 64 << 20
         self._connected_once = False
+        self._lost = False  # a connection was lost: log the next one made
 
     def _forget_after_fork(self) -> None:
         # The parent's sockets are not ours: drop them without a word on the wire.
@@ -392,12 +433,21 @@ class Client:
                 return conn
             conn.close()  # the daemon closed it (e.g. it restarted): the others are stale too
             self.close()
+            if not self._lost:
+                _log.info("syncmgr at %s closed idle connections (restarted?); reconnecting", self.address)
+                self._lost = True
         try:
             conn = Connection(self.address, self._key, _session_id, self._ssl)
         except exc.ConnectError as e:
             if self._connected_once:  # it was there before: the daemon is gone
+                _log.warning("syncmgr daemon at %s is gone: %s", self.address, e)
                 raise exc.ServerGoneError(f"the syncmgr daemon at {self.address} is gone: {e}") from e
             raise
+        if not self._connected_once:
+            _log.debug("connected to syncmgr at %s (pid %d)", self.address, os.getpid())
+        elif self._lost:
+            _log.info("reconnected to syncmgr at %s", self.address)
+        self._lost = False
         self.boot_id, self.max_frame = conn.boot_id, conn.max_frame
         self._connected_once = True
         return conn
@@ -461,11 +511,17 @@ class Client:
         except KeyboardInterrupt:
             self._interrupted(conn, rid, undo)
             raise
-        except exc.SyncMgrError:
+        except exc.SyncMgrError as e:
             conn.close()
+            if isinstance(e, exc.ServerGoneError) and not self._lost:
+                _log.warning("%s", e)
+                self._lost = True
             raise
         except OSError as e:
             conn.close()
+            if not self._lost:
+                _log.warning("lost the connection to syncmgr at %s: %s", self.address, e)
+                self._lost = True
             raise exc.ServerGoneError(f"lost the connection to syncmgr at {self.address}: {e}") from None
         except BaseException:
             conn.close()

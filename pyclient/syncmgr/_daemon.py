@@ -51,8 +51,8 @@ log = logging.getLogger("syncmgr.daemon")
 
 
 def find_binary() -> str:
-    """The syncmgr daemon binary: $SYNCMGR_BIN, one shipped in the package,
-    the repository's build (bin/syncmgr), or one on PATH."""
+    """The syncmgr daemon binary: $SYNCMGR_BIN, the one shipped in the wheel
+    (syncmgr/_bin/syncmgr), the repository's build (bin/syncmgr), or one on PATH."""
     env = os.environ.get("SYNCMGR_BIN")
     if env:
         if not os.access(env, os.X_OK):
@@ -64,12 +64,20 @@ def find_binary() -> str:
         if os.access(cand, os.X_OK):
             return cand
     found = shutil.which("syncmgr")
-    if found:
+    if found and _is_elf(found):  # not the wheel's `syncmgr` wrapper script, which runs this
         return found
     raise exc.SyncMgrError(
         "cannot find the syncmgr daemon binary: install the syncmgr wheel for this platform, "
         "build it with `make build` in the syncmgr repository, put it on PATH, or point SYNCMGR_BIN at it"
     )
+
+
+def _is_elf(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"\x7fELF"
+    except OSError:
+        return False
 
 
 def _private_dir() -> str:

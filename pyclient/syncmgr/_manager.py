@@ -16,7 +16,7 @@ from . import _containers
 from . import _proxies as px
 from . import exceptions as exc
 from . import shared_memory as shm
-from ._connection import Client, default_address, get_client, key_for
+from ._connection import Client, default_address, get_client, key_for, set_label
 from ._daemon import PrivateDaemon, find_binary
 
 __all__ = ["Manager", "connect", "find_binary"]
@@ -37,7 +37,9 @@ class Manager:
 
     def __init__(self, address: Optional[str] = None, authkey: Optional[bytes] = None, *,
                  ssl_context: Optional[ssl.SSLContext] = None, log_level: str = "warn",
-                 daemon_args: tuple[str, ...] = ()) -> None:
+                 daemon_args: tuple[str, ...] = (), label: Optional[str] = None) -> None:
+        if label is not None:
+            set_label(label)
         self._embedded = address is None
         self._address = address
         self._authkey = authkey
@@ -278,10 +280,12 @@ class Manager:
 
 
 def connect(address: Optional[str] = None, authkey: Optional[bytes] = None, *,
-            ssl_context: Optional[ssl.SSLContext] = None) -> Manager:
+            ssl_context: Optional[ssl.SSLContext] = None, label: Optional[str] = None) -> Manager:
     """A manager for a running daemon: address defaults to $SYNCMGR_ADDRESS,
-    authkey to $SYNCMGR_AUTHKEY (hex) or the file named by $SYNCMGR_AUTHKEY_FILE."""
-    m = Manager(address or default_address(), authkey, ssl_context=ssl_context)
+    authkey to $SYNCMGR_AUTHKEY (hex) or the file named by $SYNCMGR_AUTHKEY_FILE.
+    ``label`` names this process in ``syncmgr status`` (default: program
+    name and pid, plus the Ray worker id in a Ray worker)."""
+    m = Manager(address or default_address(), authkey, ssl_context=ssl_context, label=label)
     m._state = "started"
     addr = m._address or default_address()
     key = authkey if authkey is not None else key_for(addr)

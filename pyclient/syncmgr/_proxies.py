@@ -15,26 +15,25 @@ from __future__ import annotations
 
 import ctypes
 import math
-import pickle
 import threading
 import time
 import weakref
 from typing import Any, Callable, ClassVar, Optional
 
+from . import _values
 from . import exceptions as exc
 from ._connection import get_client
 from ._transport import Transport
 
-_PICKLE_PROTOCOL = 5
-
 
 def _dumps(obj: Any) -> Any:
-    """Pickle obj; large out-of-band buffers (numpy) are joined once, not copied twice."""
-    return pickle.dumps(obj, protocol=_PICKLE_PROTOCOL)
+    """obj as the daemon stores it: plain data as msgpack the Go client reads
+    too, anything else as a pickle (see _values)."""
+    return _values.dumps(obj)
 
 
 def _loads(b: Any) -> Any:
-    return pickle.loads(b)
+    return _values.loads(b)
 
 
 def _rebuild(cls: type[BaseProxy], address: str, name: str, state: Any) -> BaseProxy:
@@ -277,7 +276,8 @@ class ValueProxy(BaseProxy):
 
 
 class QueueProxy(BaseProxy):
-    """A shared queue.Queue. Items are pickled (protocol 5)."""
+    """A shared queue.Queue. Items are stored as _values encodes them (plain
+    data as msgpack, anything else pickled)."""
 
     _kind = "queue"
 

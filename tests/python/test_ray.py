@@ -117,3 +117,17 @@ def test_killing_an_actor_frees_its_lock(cluster, m):
     ray.kill(h)
     assert wait_until(lambda: lock.acquire(False), timeout=30)
     lock.release()
+
+
+@ray.remote(num_cpus=0.25)
+def label_seen_by_daemon(ev):
+    import os
+
+    ev.set()  # connects, presenting this worker's default label
+    return os.getpid(), ray.get_runtime_context().get_worker_id()
+
+
+def test_ray_workers_are_labelled_with_their_worker_id(cluster, m, daemon):
+    pid, worker_id = ray.get(label_seen_by_daemon.remote(m.Event()), timeout=120)
+    labels = {s["pid"]: s["label"] for s in m.status()["sessions"]}
+    assert labels[pid].endswith(f"ray worker {worker_id[:16]}"), labels[pid]

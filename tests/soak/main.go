@@ -112,7 +112,7 @@ func runWorker(id int, addr string, ops int) int {
 			}
 		case n < 7:
 			item := fmt.Sprintf("%d:%d", id, i)
-			if err := q.Put(tctx, []byte(item)); err == nil {
+			if err := q.Put(tctx, item); err == nil {
 				fmt.Fprintln(out, "P", item)
 			} else {
 				fmt.Fprintln(out, "N")
@@ -120,7 +120,7 @@ func runWorker(id int, addr string, ops int) int {
 		case n < 9:
 			gctx, gcancel := context.WithTimeout(ctx, 50*time.Millisecond)
 			if b, err := q.Get(gctx); err == nil {
-				fmt.Fprintln(out, "G", string(b))
+				fmt.Fprintln(out, "G", b)
 			} else {
 				fmt.Fprintln(out, "N")
 			}
@@ -318,7 +318,7 @@ func drive(bin string, nclients, ops int, killEvery, maxTime time.Duration) erro
 			}
 			break
 		}
-		remaining[string(b)] = true
+		remaining[fmt.Sprint(b)] = true
 	}
 	counterV, _ := c.Value(ctx, "soak.counter", "q", 0)
 	atomicV, _ := c.Value(ctx, "soak.atomic", "q", 0)

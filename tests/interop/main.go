@@ -1,0 +1,141 @@
+// Command interop is the Go side of tests/python/test_interop.py: it reaches
+// the daemon through the environment (proxy.DialEnv), reads what Python
+// stored, writes Go values back, and prints the Go types it decoded, one
+// line each, for the Python test to check.
+//
+//	interop echo IN OUT N   move N items from queue IN to queue OUT, decoded and re-encoded
+//	interop objects P       read and write P-value, P-dict, P-list and P-ns
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/syncmgr/syncmgr/proxy"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "interop:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := proxy.DialEnv(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	switch {
+	case len(args) == 4 && args[0] == "echo":
+		n, err := strconv.Atoi(args[3])
+		if err != nil {
+			return err
+		}
+		in, err := c.Queue(ctx, args[1], 0)
+		if err != nil {
+			return err
+		}
+		out, err := c.Queue(ctx, args[2], 0)
+		if err != nil {
+			return err
+		}
+		for range n {
+			v, err := in.Get(ctx)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("%T\n", v)
+			if err := out.Put(ctx, v); err != nil {
+				return err
+			}
+		}
+		return nil
+	case len(args) == 2 && args[0] == "objects":
+		return objects(ctx, c, args[1])
+	}
+	return fmt.Errorf("usage: interop echo IN OUT N | interop objects PREFIX")
+}
+
+func show(what string, v any, err error) error {
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	fmt.Printf("%s %T %v\n", what, v, v)
+	return nil
+}
+
+func objects(ctx context.Context, c *proxy.Client, p string) error {
+	v, err := c.Value(ctx, p+"-value", "O", nil)
+	if err != nil {
+		return err
+	}
+	got, err := v.Get(ctx)
+	if err := show("value", got, err); err != nil {
+		return err
+	}
+	if err := v.Set(ctx, map[string]any{"from": "go", "n": []any{1, 2.5, nil}, "raw": []byte{0, 1}}); err != nil {
+		return err
+	}
+
+	d, err := c.Dict(ctx, p+"-dict")
+	if err != nil {
+		return err
+	}
+	for _, k := range []any{"py-key", 1, []any{1, "a"}} { // 1 finds Python's 1.0 and True; the slice its tuple
+		got, err := d.Get(ctx, k)
+		if err := show(fmt.Sprintf("dict[%v]", k), got, err); err != nil {
+			return err
+		}
+	}
+	if err := d.Set(ctx, "go-key", []any{"from", "go"}); err != nil {
+		return err
+	}
+	if err := d.Set(ctx, 3, "three"); err != nil {
+		return err
+	}
+	if err := d.Set(ctx, []any{1, 2}, "no"); err == nil {
+		return fmt.Errorf("a slice key was accepted for Set")
+	}
+	items, err := d.Items(ctx)
+	if err != nil {
+		return err
+	}
+	for _, e := range items {
+		fmt.Printf("item %T %T\n", e.Key, e.Value)
+	}
+
+	l, err := c.List(ctx, p+"-list")
+	if err != nil {
+		return err
+	}
+	n, err := l.Len(ctx)
+	if err != nil {
+		return err
+	}
+	for i := range n {
+		got, err := l.Get(ctx, i)
+		if err := show(fmt.Sprintf("list[%d]", i), got, err); err != nil {
+			return err
+		}
+	}
+	if err := l.Append(ctx, map[string]any{"go": true}); err != nil {
+		return err
+	}
+
+	ns, err := c.Namespace(ctx, p+"-ns")
+	if err != nil {
+		return err
+	}
+	got, err = ns.Attr(ctx, "from_py")
+	if err := show("ns.from_py", got, err); err != nil {
+		return err
+	}
+	return ns.SetAttr(ctx, "from_go", 42)
+}

@@ -1,0 +1,85 @@
+"""Python and Go read each other's values (docs/protocol.md, section 10):
+a Go program (tests/interop, reaching the daemon with proxy.DialEnv from the
+same environment variables) reads what Python stored in a Queue, a Value,
+a dict, a list and a Namespace, writes Go values back, and Python reads them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+import syncmgr
+from conftest import REPO
+
+
+@pytest.fixture(scope="module")
+def interop(tmp_path_factory) -> Iterator[str]:
+    go = os.environ.get("GO") or shutil.which("go") or (
+        "/usr/local/go/bin/go" if os.access("/usr/local/go/bin/go", os.X_OK) else None)
+    if go is None:
+        pytest.skip("Go is not installed: the Go side of the interop test cannot be built")
+    out = str(tmp_path_factory.mktemp("interop") / "interop")
+    subprocess.run([go, "build", "-o", out, "./tests/interop"], cwd=REPO, check=True, timeout=300)
+    yield out
+
+
+def _go(interop: str, daemon, *args: str) -> list[str]:
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/"),
+           "SYNCMGR_ADDRESS": daemon.address, "SYNCMGR_AUTHKEY": daemon.key.hex()}
+    r = subprocess.run([interop, *args], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.splitlines()
+
+
+# Every plain type, and what Go decodes it to.
+PLAIN = [
+    (None, "<nil>"), (True, "bool"), (-5, "int64"), (2**64 - 1, "uint64"), (2.5, "float64"), ("héllo", "string"),
+    (b"\x00\xff", "[]uint8"), ([1, "a", None, [b"x"]], "[]interface {}"), ({"k": [1, 2.5], "n": None},
+     "map[string]interface {}"), ({1: "one", b"b": 2}, "map[interface {}]interface {}"),
+]
+
+
+def test_queue_items_cross_both_ways(daemon, interop):
+    m = syncmgr.connect(daemon.address, daemon.key)
+    qin, qout = m.Queue(name="interop-in"), m.Queue(name="interop-out")
+    values = [v for v, _ in PLAIN] + [(1, 2), {1, 2}]  # the last two are pickles: Go passes them on untouched
+    for v in values:
+        qin.put(v)
+    types = _go(interop, daemon, "echo", "interop-in", "interop-out", str(len(values)))
+    assert types == [t for _, t in PLAIN] + ["proxy.Pickle", "proxy.Pickle"]
+    for v in values:
+        back = qout.get(timeout=10)
+        assert back == v and type(back) is type(v)
+        if isinstance(v, dict):  # same keys of the same types (a Go map does not keep their order)
+            assert {k: type(k) for k in back} == {k: type(k) for k in v}
+
+
+def test_value_dict_list_namespace_cross_both_ways(daemon, interop):
+    m = syncmgr.connect(daemon.address, daemon.key)
+    v = m.Value("O", {"from": "python", "n": [1, 2]}, name="ix-value")
+    d = m.dict({"py-key": {"x": [1, 2]}, 1.0: "one", (1, "a"): "tuple"}, name="ix-dict")
+    lst = m.list([1, "two", None, (3,)], name="ix-list")
+    ns = m.Namespace(name="ix-ns")
+    ns.from_py = "hello"
+
+    out = _go(interop, daemon, "objects", "ix")
+    assert "value map[string]interface {} map[from:python n:[1 2]]" in out
+    assert "dict[py-key] map[string]interface {} map[x:[1 2]]" in out
+    assert "dict[1] string one" in out            # Go's 1 is Python's 1.0
+    assert "dict[[1 a]] string tuple" in out      # a Go slice finds a Python tuple key
+    assert "list[0] int64 1" in out and "list[1] string two" in out and "list[2] <nil> <nil>" in out
+    assert any(line.startswith("list[3] proxy.Pickle") for line in out)
+    assert "ns.from_py string hello" in out
+    items = [line for line in out if line.startswith("item ")]
+    assert items[:2] == ["item string map[string]interface {}", "item float64 string"]
+    assert items[2] == "item proxy.Pickle string"  # a tuple key's pickle, passed through
+
+    assert v.get() == {"from": "go", "n": [1, 2.5, None], "raw": b"\x00\x01"}
+    assert d["go-key"] == ["from", "go"] and d[3] == "three" and d[3.0] == "three"
+    assert list(d.keys()) == ["py-key", 1.0, (1, "a"), "go-key", 3]  # no UnpicklingError
+    assert lst[-1] == {"go": True} and len(lst) == 5
+    assert ns.from_go == 42 and ns.from_py == "hello"

@@ -1,0 +1,123 @@
+"""The cross-language value encoding (syncmgr._values): plain data as tagged
+msgpack that the Go client reads, everything else as a pickle, and every
+value back as the type it went in as."""
+
+from __future__ import annotations
+
+import fractions
+import math
+import pickle
+
+import pytest
+
+from syncmgr import _values
+
+
+class MyInt(int):
+    pass
+
+
+class MyList(list):
+    pass
+
+
+PLAIN = [None, True, False, 0, -1, 2**63, 2**64 - 1, -(2**63), 1.5, -0.0, math.inf, "", "héllo", b"", b"\x00\xff",
+         [], [1, "a", None, [b"x", 2.5]], {}, {"a": 1, "b": [True, {"c": None}]}, {1: "x", b"k": 2, None: 3, 2.5: 4}]
+
+NOT_PLAIN = [(1, 2), {1, 2}, frozenset(), bytearray(b"x"), 2**64, -(2**63) - 1, fractions.Fraction(1, 3),
+             [1, (2, 3)], {(1, 2): "tuple key"}, {"a": {1, 2}}, "\udcff", MyInt(3), MyList([1])]
+
+
+@pytest.mark.parametrize("value", PLAIN, ids=repr)
+def test_plain_data_is_tagged_msgpack_and_round_trips_exactly(value):
+    data = _values.dumps(value)
+    assert data[:1] == _values.TAG
+    back = _values.loads(data)
+    assert back == value or (isinstance(value, float) and math.isnan(value))
+    assert type(back) is type(value)
+    if isinstance(value, dict):
+        assert list(back) == list(value)  # key order kept
+        assert [type(k) for k in back] == [type(k) for k in value]
+
+
+@pytest.mark.parametrize("value", NOT_PLAIN, ids=lambda v: type(v).__name__)
+def test_everything_else_is_pickled_and_round_trips(value):
+    data = _values.dumps(value)
+    assert data[:1] == b"\x80", data[:4]
+    back = _values.loads(data)
+    assert back == value
+    assert type(back) is type(value)
+
+
+def test_nesting_deeper_than_msgpack_packs_falls_back_to_pickle():
+    def nest(n: int) -> list:
+        deep: list = []
+        cur = deep
+        for _ in range(n):
+            cur.append([])
+            cur = cur[0]
+        return deep
+
+    assert _values.dumps(nest(40))[:1] == _values.TAG
+    import sys
+
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(10000)  # pickle needs it for this depth too
+    try:
+        deep = nest(1100)
+        assert _values.dumps(deep)[:1] == b"\x80"
+        back = _values.loads(_values.dumps(deep))
+        depth = 0
+        while back:
+            back, depth = back[0], depth + 1
+        assert depth == 1100
+    finally:
+        sys.setrecursionlimit(old)
+
+
+def test_a_failed_pack_leaves_nothing_behind():
+    # The per-thread Packer must not carry a half-packed value into the next.
+    for bad in ([1, 2, (3,)], {"a": [b"x", {1, 2}]}, [1] * 1000 + [(1,)]):
+        assert _values.dumps(bad)[:1] == b"\x80"
+        assert _values.dumps([1, "a"]).hex() == "c19201a161"
+
+
+def test_threads_pack_at_once():
+    import threading
+
+    errors: list = []
+
+    def work(i: int) -> None:
+        for j in range(2000):
+            v = {"t": i, "j": j, "xs": list(range(j % 7))}
+            if _values.loads(_values.dumps(v)) != v:
+                errors.append((i, j))
+
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    assert errors == []
+
+
+def test_self_referencing_list_is_pickled():
+    x: list = [1]
+    x.append(x)
+    back = _values.loads(_values.dumps(x))
+    assert back[1] is back
+
+
+def test_pickles_written_before_the_tag_existed_still_load():
+    for v in (1, "a", [1, 2], {"k": (1,)}):
+        assert _values.loads(pickle.dumps(v, protocol=5)) == v
+        assert _values.loads(pickle.dumps(v, protocol=2)) == v
+
+
+def test_the_bytes_go_expects():
+    # The same vectors pin the Go side (proxy/values_test.go).
+    assert _values.dumps(None).hex() == "c1c0"
+    assert _values.dumps([1, "a", None]).hex() == "c19301a161c0"
+    assert _values.dumps({"a": 1, "b": [True]}).hex() == "c182a16101a16291c3"
+    assert _values.dumps({b"k": 1}).hex() == "c181c4016b01"
+    assert _values.dumps(70000).hex() == "c1ce00011170"
