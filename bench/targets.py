@@ -488,7 +488,8 @@ def evaluate(R: dict[str, Any]) -> list[dict[str, str]]:
             passed = total = 0
             for row in cp:
                 for metric in ("transitions_per_s", "samples_per_s"):
-                    x = row[FAST][metric] / row[against][metric]
+                    # a hung (0/s) denominator: no ratio, counted as a miss
+                    x = ratio(row[FAST][metric], row[against][metric]) or 0.0
                     total += 1
                     passed += x >= need
                     where = f"{row['buffer']} {row['backend']} e={row['explorers']} b={row['batch']} {metric[:-6]}"
@@ -697,8 +698,8 @@ def run(args: argparse.Namespace, only: set[str]) -> dict[str, Any]:
         for s in (FAST, SOCK):
             with env(env_of(s)):
                 lk = m.Lock()
+                probe[s] = fast_state(lk)
             keep.append(lk)
-            probe[s] = fast_state(lk)
         R["fast_state"] = probe
         log(f"fast path: {probe[FAST]}; socket column: {probe[SOCK]}")
         contexts: dict[str, tuple[Callable[[], Any], dict[str, str]]] = {
