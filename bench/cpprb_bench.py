@@ -155,6 +155,23 @@ def run_cell(buffer: str, backend: str, ctx: Any, explorers: int, batch: int, se
         gc.collect()
 
 
+def _drop_manager_connection(ctx: Any) -> None:
+    """After an interrupted call, SyncManager's per-thread connection (shared by
+    all proxies of one manager) still owes a reply: close it so that the next
+    call opens a fresh one instead of reading the stale reply."""
+    from multiprocessing.managers import BaseProxy, SyncManager
+
+    if not isinstance(ctx, SyncManager):
+        return
+    entry = BaseProxy._address_to_local.get(ctx.address)  # type: ignore[attr-defined]
+    tls = entry[0] if entry else None
+    conn = getattr(tls, "connection", None)
+    if conn is not None:
+        with contextlib.suppress(Exception):
+            conn.close()
+        del tls.connection
+
+
 def cells() -> list[tuple[str, str, int, int]]:
     return [(b, be, e, n) for b in BUFFERS for be in BACKENDS for e in EXPLORERS for n in BATCHES]
 
@@ -179,6 +196,7 @@ def run_table(contexts: dict[str, tuple[Callable[[], Any], dict[str, str]]], sec
                     got[lb].append(run_cell(buffer, backend, make(), explorers, batch, seconds, env))
                 except CellHung:
                     hung[lb] += 1
+                    _drop_manager_connection(make())
                     log(f"cpprb {buffer} {backend} explorers={explorers} batch={batch} {lb}: the learner was "
                         f"still blocked {HUNG_AFTER:g} s after the end (counted as hung)")
                 finally:
