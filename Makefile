@@ -8,7 +8,7 @@ PY      := $(VENV)/bin/python
 BIN     := bin/syncmgr
 GOFILES := $(shell find . -name '*.go' -not -path './.venv/*' 2>/dev/null)
 
-.PHONY: all build venv test test-go test-py test-outside test-wheel wheel wheel-all lint lint-py fuzz demo bench bench-smoke bench-targets bench-targets-smoke soak soak-smoke clean
+.PHONY: all build venv test test-go test-py test-outside test-wheel wheel wheel-all lint lint-py fuzz demo demo-compare bench bench-smoke bench-targets bench-targets-smoke soak soak-smoke clean
 
 all: build
 
@@ -78,8 +78,15 @@ test-outside: build venv
 
 test: test-go fuzz soak-smoke bench-smoke bench-targets-smoke test-wheel test-py test-outside
 
+# The Ape-X DQN on Ray + cpprb + syncmgr: exits 0 only if it learned CartPole-v1
+# (greedy return >= 195) and left nothing in /dev/shm. Flags: DEMO_ARGS="--seed 3".
 demo: build venv
 	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) examples/ray_replay_demo.py $(DEMO_ARGS)
+
+# The same job on syncmgr and on multiprocessing.SyncManager, interleaved; prints
+# the ratios and rewrites the demo's section of docs/benchmarks.md.
+demo-compare: build venv
+	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) examples/ray_replay_demo.py --compare $(DEMO_ARGS)
 
 $(VENV)/.bench-installed: $(VENV)/.installed
 	$(PY) -m pip install -q -e "./pyclient[bench]"

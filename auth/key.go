@@ -78,3 +78,42 @@ func LoadKey(file string) (key []byte, found bool, err error) {
 	}
 	return nil, false, nil
 }
+
+// MinKeySize is the shortest authkey the daemon accepts: 128 bits, so the
+// key cannot be guessed online (see also the server's back-off after failed
+// handshakes).
+const MinKeySize = 16
+
+// ErrWeakKey is returned by CheckKey for a key shorter than MinKeySize.
+var ErrWeakKey = fmt.Errorf("authkey too short: at least %d bytes (%d hex digits) are needed; make one with `syncmgr keygen`", MinKeySize, 2*MinKeySize)
+
+// CheckKey refuses a key shorter than MinKeySize. The error never includes
+// the key.
+func CheckKey(k []byte) error {
+	if len(k) < MinKeySize {
+		return fmt.Errorf("%w (got %d bytes)", ErrWeakKey, len(k))
+	}
+	return nil
+}
+
+// KeyFile returns the file LoadKey(file) reads the key from, or "" when the
+// key comes from the environment or is not set.
+func KeyFile(file string) string {
+	if file != "" {
+		return file
+	}
+	if _, ok := os.LookupEnv(EnvKey); ok {
+		return ""
+	}
+	return os.Getenv(EnvKeyFile)
+}
+
+// LooseMode reports whether a key file can be read or written by group or
+// others, with its permission bits.
+func LooseMode(path string) (os.FileMode, bool) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0, false
+	}
+	return fi.Mode().Perm(), fi.Mode().Perm()&0o077 != 0
+}

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/syncmgr/syncmgr/auth"
 	"github.com/syncmgr/syncmgr/wire"
 )
@@ -51,10 +53,20 @@ type outcome struct {
 type Option func(*options)
 
 type options struct {
-	tls     *tls.Config
-	session []byte
-	label   string
+	tls       *tls.Config
+	session   []byte
+	label     string
+	serverUID *int
 }
+
+// WithServerUID accepts a Unix-socket server running as uid, besides our own
+// uid and root (the default; see ErrServerUID).
+func WithServerUID(uid int) Option { return func(o *options) { o.serverUID = &uid } }
+
+// ErrServerUID: the process behind a Unix socket runs as another user than
+// ours (or root). Another user could have put its own socket at the path
+// (e.g. in a shared directory) to capture our handshake, so nothing is sent.
+var ErrServerUID = errors.New("syncmgr: the server runs as another user")
 
 // WithTLS wraps TCP connections in TLS.
 func WithTLS(cfg *tls.Config) Option { return func(o *options) { o.tls = cfg } }
@@ -105,6 +117,12 @@ func Dial(ctx context.Context, address string, key []byte, opts ...Option) (*Cli
 	if err != nil {
 		return nil, fmt.Errorf("connect to syncmgr at %s: %w", address, err)
 	}
+	if uc, ok := nc.(*net.UnixConn); ok {
+		if err := checkServerUID(uc, o.serverUID); err != nil {
+			nc.Close()
+			return nil, fmt.Errorf("connect to syncmgr at %s: %w", address, err)
+		}
+	}
 	if network == "tcp" && o.tls != nil {
 		cfg := o.tls
 		if cfg.ServerName == "" && !cfg.InsecureSkipVerify {
@@ -132,6 +150,30 @@ func Dial(ctx context.Context, address string, key []byte, opts ...Option) (*Cli
 	c := &Client{nc: nc, info: info, pending: make(map[uint64]chan outcome), done: make(chan struct{})}
 	go c.readLoop()
 	return c, nil
+}
+
+// checkServerUID checks with SO_PEERCRED that the listening process runs as
+// our uid, root, or the uid allowed by WithServerUID.
+func checkServerUID(uc *net.UnixConn, allowed *int) error {
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return err
+	}
+	if cerr != nil {
+		return fmt.Errorf("read the server's credentials: %w", cerr)
+	}
+	uid := int(cred.Uid)
+	if uid == os.Geteuid() || uid == 0 || allowed != nil && uid == *allowed {
+		return nil
+	}
+	return fmt.Errorf("%w (uid %d, we are uid %d)", ErrServerUID, uid, os.Geteuid())
 }
 
 // Info returns what the handshake told about the server.

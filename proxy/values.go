@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/syncmgr/syncmgr/wire"
 	"math"
 	"reflect"
 	"strconv"
@@ -54,6 +55,9 @@ func EncodeValue(v any) ([]byte, error) {
 func DecodeValue(b []byte) (any, error) {
 	if len(b) == 0 || b[0] != ValueTag {
 		return Pickle(b), nil
+	}
+	if err := wire.CheckSizes(b[1:]); err != nil {
+		return nil, fmt.Errorf("syncmgr: decode value: %w", err)
 	}
 	dec := msgpack.NewDecoder(bytes.NewReader(b[1:]))
 	dec.SetMapDecoder(decodeMap)

@@ -105,6 +105,8 @@ func (c *conn) serve() {
 	peer, err := c.handshake()
 	stop()
 	c.srv.unauth.Add(-1)
+	var he *auth.HandshakeError
+	c.srv.adm.leave(c, err == nil, errors.As(err, &he) && he.Code == wire.CodeAuthFailed)
 	if err != nil {
 		c.log.Debug().Err(err).Msg("handshake failed")
 		c.countHandshakeFailure(err)
@@ -145,12 +147,12 @@ func (c *conn) handshake() (*auth.Peer, error) {
 		return nil, &refusal{"max_conns", errors.New("too many connections")}
 	}
 	_ = c.nc.SetDeadline(time.Now().Add(c.srv.cfg.HandshakeTimeout))
-	peer, err := auth.Server(c.nc, auth.ServerConfig{Key: c.srv.cfg.Key, MaxFrame: c.srv.cfg.MaxFrame,
+	peer, err := auth.Server(c.srv.adm.watch(c), auth.ServerConfig{Key: c.srv.cfg.Key, MaxFrame: c.srv.cfg.MaxFrame,
 		Server: "syncmgr " + Version, BootID: c.srv.bootID, PID: os.Getpid(), ConnID: c.id})
 	if err != nil {
 		var he *auth.HandshakeError
 		if errors.As(err, &he) && he.Code == wire.CodeAuthFailed {
-			c.log.Warn().Str("remote", c.nc.RemoteAddr().String()).Msg("authentication failed")
+			c.srv.adm.logRefusal("authentication failed", c.nc.RemoteAddr().String())
 		}
 		return nil, err
 	}

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"os"
+
 	"github.com/syncmgr/syncmgr/shmregistry"
 	"github.com/syncmgr/syncmgr/wire"
 )
@@ -69,7 +71,7 @@ func shmOp(fn func(c *conn, r *shmregistry.Registry, a wire.Args) (any, error)) 
 }
 
 func (c *conn) segmentInfo(s shmregistry.Segment) map[string]any {
-	return map[string]any{"name": s.Name, "path": s.Path, "size": s.Size, "boot_id": c.srv.bootID}
+	return map[string]any{"name": s.Name, "path": s.Path, "size": s.Size, "boot_id": c.srv.bootID, "uid": os.Geteuid()}
 }
 
 // watchShm makes the registry forget the session's attachments when the

@@ -28,7 +28,7 @@ type Config struct {
 	MaxFrame           uint32                // largest frame body after the handshake
 	HandshakeTimeout   time.Duration         // deadline on the whole handshake
 	WriteTimeout       time.Duration         // a reply not written in this time kills the connection
-	MaxUnauthenticated int                   // connections allowed in the handshake at once
+	MaxUnauthenticated int                   // connections allowed in the handshake at once, for Unix and for TCP each
 	MaxConns           int                   // authenticated connections allowed at once
 	AllowOtherUsers    bool                  // accept Unix peers with another uid
 	Shm                *shmregistry.Registry // shared-memory segments; nil disables the shm ops
@@ -55,6 +55,7 @@ type Server struct {
 
 	nextConn atomic.Uint64
 	unauth   atomic.Int64
+	adm      *admission
 	authed   atomic.Int64
 	closing  atomic.Bool
 
@@ -83,7 +84,7 @@ func New(cfg Config, mgr *manager.Manager) (*Server, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Server{cfg: cfg, mgr: mgr, ops: newOpTable(), log: cfg.Logger, bootID: BootID(), start: time.Now(),
-		ctx: ctx, cancel: cancel, conns: make(map[*conn]struct{})}, nil
+		ctx: ctx, cancel: cancel, conns: make(map[*conn]struct{}), adm: newAdmission(cfg.MaxUnauthenticated, cfg.Logger)}, nil
 }
 
 // Manager returns the served manager.
@@ -119,14 +120,11 @@ func (s *Server) Serve(ln net.Listener) error {
 			return fmt.Errorf("accept: %w", err)
 		}
 		backoff = 0
-		if s.unauth.Add(1) > int64(s.cfg.MaxUnauthenticated) {
-			s.unauth.Add(-1)
-			s.cfg.Metrics.Refused(transportOf(nc), "handshakes")
-			s.log.Warn().Str("remote", nc.RemoteAddr().String()).Msg("too many connections in handshake; closing")
-			nc.Close()
+		c := s.newConn(nc)
+		if !s.adm.admit(c) { // see admission.go
 			continue
 		}
-		c := s.newConn(nc)
+		s.unauth.Add(1)
 		// wg.Add under mu, after checking closing: Shutdown sets closing
 		// before it takes mu and later waits on wg, so no Add can race
 		// with that Wait.
@@ -134,6 +132,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		if s.closing.Load() {
 			s.mu.Unlock()
 			s.unauth.Add(-1)
+			s.adm.leave(c, false, false)
 			nc.Close()
 			return nil
 		}

@@ -457,8 +457,8 @@ func TestHandshakeLimits(t *testing.T) {
 		t.Cleanup(func() { nc.Close() })
 		return nc
 	}
-	// Two silent clients fill the handshake slots; a third is turned away
-	// at once, before any hello.
+	// Two silent clients fill the handshake slots; a third still gets its
+	// hello, and the oldest pending handshake is dropped to make room.
 	s1, s2 := silent(), silent()
 	for _, s := range []net.Conn{s1, s2} {
 		s.SetReadDeadline(time.Now().Add(bound))
@@ -468,13 +468,17 @@ func TestHandshakeLimits(t *testing.T) {
 	}
 	s3 := silent()
 	s3.SetReadDeadline(time.Now().Add(bound))
-	if _, err := wire.ReadFrame(s3, wire.HandshakeMaxFrame); err == nil {
-		t.Fatal("a connection over --max-handshakes got a hello")
+	if _, err := wire.ReadFrame(s3, wire.HandshakeMaxFrame); err != nil {
+		t.Fatalf("a newcomer over --max-handshakes got no hello: %v", err)
+	}
+	s1.SetReadDeadline(time.Now().Add(time.Second))
+	if _, err := wire.ReadFrame(s1, wire.HandshakeMaxFrame); err == nil || isTimeout(err) {
+		t.Fatalf("the oldest pending handshake was not dropped: %v", err)
 	}
 	call(t, good, "ping", nil) // the authenticated client is unaffected
 	// The handshake deadline frees the slots.
 	start := time.Now()
-	for _, s := range []net.Conn{s1, s2} {
+	for _, s := range []net.Conn{s2, s3} {
 		if _, err := wire.ReadFrame(s, wire.HandshakeMaxFrame); err == nil {
 			t.Fatal("a silent client got more than hello")
 		}
@@ -663,4 +667,9 @@ func TestServeAfterShutdown(t *testing.T) {
 	if err := ts.srv.Shutdown(context.Background()); err != nil {
 		t.Fatalf("second Shutdown: %v", err)
 	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }

@@ -2,10 +2,11 @@ package shmregistry
 
 import (
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/syncmgr/syncmgr/internal/fsafe"
 )
 
 // Errors of the registry; the transport maps them to wire codes.
@@ -30,6 +33,11 @@ var (
 // MaxNameLen is the longest segment name.
 const MaxNameLen = 100
 
+// filePrefix starts every segment file name. The file is named
+// syncmgr-<16 random hex digits>-<name>: the random part is drawn per
+// segment, so no other user can guess a file name and create it first.
+const filePrefix = "syncmgr-"
+
 // Segment describes one registered segment.
 type Segment struct {
 	Name     string    `msgpack:"name"`
@@ -40,13 +48,16 @@ type Segment struct {
 	Created  time.Time `msgpack:"-"`
 	Age      float64   `msgpack:"age"`
 	Adopted  bool      `msgpack:"adopted"`
+
+	dev, ino uint64 // identify the file we made
 }
 
 // Registry owns the segments of one daemon.
 type Registry struct {
-	dir    string
-	prefix string
-	limit  int64
+	dir      string
+	manifest string // path of the manifest in the private state directory
+	lock     *fsafe.Lock
+	limit    int64
 
 	mu       sync.Mutex
 	segs     map[string]*Segment
@@ -55,43 +66,246 @@ type Registry struct {
 	closed   bool
 }
 
-// Prefix returns the file-name prefix for a daemon serving address.
-func Prefix(address string) string {
-	sum := sha256.Sum256([]byte(address))
-	return "syncmgr-" + hex.EncodeToString(sum[:5]) + "-"
+// Options say where a registry keeps its files.
+type Options struct {
+	// Dir is the (tmpfs) directory holding the segment files.
+	Dir string
+	// StateDir is a directory private to this user (checked: ours, not
+	// writable by group or others) holding the manifest and its lock.
+	StateDir string
+	// Name names the manifest: StateDir/Name.shm, locked through
+	// StateDir/Name.shm.lock for the daemon's lifetime. A daemon restarted
+	// with the same StateDir and Name adopts what the manifest lists.
+	Name string
+	// Limit caps all segments together in bytes; 0 means no cap but the
+	// file system's.
+	Limit int64
+	// Ephemeral marks a daemon that is never restarted on its address (an
+	// embedded one): Name is left empty and a fresh "run-<random>" is used,
+	// and once the daemon is dead (its lock free) Sweep removes its
+	// segments.
+	Ephemeral bool
 }
 
-// Open returns a registry keeping files in dir named prefix+name, with a cap
-// of limit bytes in all (0: no cap but the filesystem's). Files left in dir
-// with the same prefix by a previous run are adopted.
-func Open(dir, prefix string, limit int64) (*Registry, []string, error) {
-	fi, err := os.Stat(dir)
+// Report says what Open did with a previous run's manifest.
+type Report struct {
+	Adopted []string // segment names
+	Refused []string // "name: reason" for entries that failed a check
+}
+
+// manifestFile is the JSON manifest: what this daemon (or its previous run)
+// made, with what identifies each file.
+type manifestFile struct {
+	Version  int             `json:"version"`
+	Segments []manifestEntry `json:"segments"`
+}
+
+type manifestEntry struct {
+	Name    string    `json:"name"`
+	Path    string    `json:"path"`
+	Size    int64     `json:"size"`
+	Dev     uint64    `json:"dev"`
+	Ino     uint64    `json:"ino"`
+	Created time.Time `json:"created"`
+}
+
+// ManifestSuffix ends every manifest file name; LockSuffix every lock's.
+const (
+	ManifestSuffix = ".shm"
+	LockSuffix     = ".shm.lock"
+)
+
+// Open returns a registry keeping segment files in o.Dir. It takes the
+// manifest's lock (failing with an error wrapping fsafe.ErrLocked when a
+// live daemon holds it) and adopts the segments the manifest lists, each
+// only if it is still the file this daemon made: a regular file of ours,
+// mode 0600, one link, the same inode and the recorded size. Nothing else in
+// o.Dir is ever opened, adopted or removed.
+func Open(o Options) (*Registry, Report, error) {
+	var rep Report
+	fi, err := os.Stat(o.Dir)
 	if err != nil {
-		return nil, nil, fmt.Errorf("shared memory directory: %w", err)
+		return nil, rep, fmt.Errorf("shared memory directory: %w", err)
 	}
 	if !fi.IsDir() {
-		return nil, nil, fmt.Errorf("shared memory directory %s is not a directory", dir)
+		return nil, rep, fmt.Errorf("shared memory directory %s is not a directory", o.Dir)
 	}
-	r := &Registry{dir: dir, prefix: prefix, limit: limit, segs: make(map[string]*Segment), attached: make(map[uint64]map[string]int)}
-	ents, err := os.ReadDir(dir)
+	if o.Ephemeral {
+		if o.Name != "" {
+			return nil, rep, errors.New("an ephemeral registry names its own manifest")
+		}
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		o.Name = runPrefix + hex.EncodeToString(b[:])
+	} else if strings.HasPrefix(o.Name, runPrefix) {
+		return nil, rep, fmt.Errorf("shared memory manifest name %q is reserved for ephemeral runs", o.Name)
+	}
+	if o.Name == "" || strings.ContainsRune(o.Name, '/') {
+		return nil, rep, fmt.Errorf("shared memory manifest name %q is not a file name", o.Name)
+	}
+	if err := fsafe.EnsureDir(o.StateDir); err != nil {
+		return nil, rep, fmt.Errorf("shared memory state directory: %w", err)
+	}
+	base := filepath.Join(o.StateDir, o.Name)
+	var lock *fsafe.Lock
+	if o.Ephemeral {
+		lock, err = fsafe.CreateLocked(base + LockSuffix) // never seen unlocked by Sweep
+	} else {
+		lock, err = fsafe.TryLock(base + LockSuffix)
+	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("scan shared memory directory: %w", err)
+		return nil, rep, fmt.Errorf("shared memory manifest: %w", err)
 	}
-	var adopted []string
+	r := &Registry{dir: o.Dir, manifest: base + ManifestSuffix, lock: lock, limit: o.Limit,
+		segs: make(map[string]*Segment), attached: make(map[uint64]map[string]int)}
+	entries, err := readManifest(r.manifest)
+	if err != nil {
+		lock.Release(false)
+		return nil, rep, err
+	}
+	for _, e := range entries {
+		if err := verify(e); err != nil {
+			rep.Refused = append(rep.Refused, e.Name+": "+err.Error())
+			continue
+		}
+		if _, dup := r.segs[e.Name]; dup || validName(e.Name) != nil {
+			rep.Refused = append(rep.Refused, e.Name+": bad or duplicate name")
+			continue
+		}
+		r.segs[e.Name] = &Segment{Name: e.Name, Path: e.Path, Size: e.Size, Created: e.Created, Adopted: true,
+			dev: e.Dev, ino: e.Ino}
+		r.total += e.Size
+		rep.Adopted = append(rep.Adopted, e.Name)
+	}
+	sort.Strings(rep.Adopted)
+	if err := r.writeManifestLocked(); err != nil {
+		lock.Release(false)
+		return nil, rep, err
+	}
+	return r, rep, nil
+}
+
+// runPrefix starts the manifest names of ephemeral daemons.
+const runPrefix = "run-"
+
+// Sweep removes the segments of ephemeral daemons whose manifests are in
+// stateDir and that are provably dead: the kernel has released their
+// manifest lock, which they held for as long as they lived. Only files that
+// pass the adoption checks (ours, 0600, one link, same inode and size) are
+// removed. It returns the paths removed.
+func Sweep(stateDir string) ([]string, error) {
+	if err := fsafe.CheckDir(stateDir); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	ents, err := os.ReadDir(stateDir)
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
 	for _, e := range ents {
-		name, ok := strings.CutPrefix(e.Name(), prefix)
-		if !ok || !e.Type().IsRegular() || validName(name) != nil {
+		base, ok := strings.CutSuffix(e.Name(), LockSuffix)
+		if !ok || !strings.HasPrefix(base, runPrefix) || !e.Type().IsRegular() {
 			continue
 		}
-		info, err := e.Info()
+		lock, err := fsafe.OpenLock(filepath.Join(stateDir, e.Name()))
 		if err != nil {
+			continue // alive (locked), not ours, or already swept by another daemon
+		}
+		manifest := filepath.Join(stateDir, base+ManifestSuffix)
+		entries, err := readManifest(manifest)
+		if err != nil {
+			lock.Release(false)
 			continue
 		}
-		r.segs[name] = &Segment{Name: name, Path: filepath.Join(dir, e.Name()), Size: info.Size(), Created: info.ModTime(), Adopted: true}
-		r.total += info.Size()
-		adopted = append(adopted, name)
+		for _, m := range entries {
+			if verify(m) == nil && os.Remove(m.Path) == nil {
+				removed = append(removed, m.Path)
+			}
+		}
+		_ = os.Remove(manifest)
+		lock.Release(true)
 	}
-	return r, adopted, nil
+	return removed, nil
+}
+
+// readManifest reads a manifest that must be a private file of ours; a
+// missing one is an empty list.
+func readManifest(path string) ([]manifestEntry, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open shared memory manifest: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	if err := fsafe.CheckFD(fd, path, 0o600, -1); err != nil {
+		return nil, fmt.Errorf("shared memory manifest: %w", err)
+	}
+	var m manifestFile
+	if err := json.NewDecoder(io.LimitReader(f, 64<<20)).Decode(&m); err != nil {
+		return nil, fmt.Errorf("shared memory manifest %s: %w", path, err)
+	}
+	return m.Segments, nil
+}
+
+// verify checks that a manifest entry still names the file we made.
+func verify(e manifestEntry) error {
+	if !filepath.IsAbs(e.Path) || !strings.HasPrefix(filepath.Base(e.Path), filePrefix) {
+		return errors.New("not a segment path")
+	}
+	fd, err := unix.Open(e.Path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return fmt.Errorf("open: %w", err)
+	}
+	defer unix.Close(fd)
+	if err := fsafe.CheckFD(fd, e.Path, 0o600, e.Size); err != nil {
+		return err
+	}
+	dev, ino, err := fsafe.Stat(fd)
+	if err != nil {
+		return err
+	}
+	if dev != e.Dev || ino != e.Ino {
+		return errors.New("the file was replaced")
+	}
+	return nil
+}
+
+// writeManifestLocked replaces the manifest with the current segments
+// (write to a temporary file, then rename).
+func (r *Registry) writeManifestLocked() error {
+	m := manifestFile{Version: 1, Segments: make([]manifestEntry, 0, len(r.segs))}
+	for _, s := range r.segs {
+		m.Segments = append(m.Segments, manifestEntry{Name: s.Name, Path: s.Path, Size: s.Size, Dev: s.dev, Ino: s.ino, Created: s.Created})
+	}
+	sort.Slice(m.Segments, func(i, j int) bool { return m.Segments[i].Name < m.Segments[j].Name })
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	tmp := r.manifest + ".tmp"
+	_ = os.Remove(tmp)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return fmt.Errorf("write shared memory manifest: %w", err)
+	}
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, r.manifest)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("write shared memory manifest: %w", err)
+	}
+	return nil
 }
 
 // Dir returns the directory holding the segment files.
@@ -133,27 +347,57 @@ func (r *Registry) Create(session uint64, name string, size int64) (Segment, err
 	if _, ok := r.segs[name]; ok {
 		return Segment{}, fmt.Errorf("%w: %q", ErrExists, name)
 	}
-	if r.limit > 0 && r.total+size > r.limit {
+	if r.limit > 0 && size > r.limit-r.total { // not total+size: that overflows for sizes near 2^63
+
 		return Segment{}, fmt.Errorf("%w: %d bytes requested, %d of %d in use (--shm-limit)", ErrLimit, size, r.total, r.limit)
 	}
-	path := filepath.Join(r.dir, r.prefix+name)
-	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+	path, fd, err := r.createFile(name)
 	if err != nil {
-		if errors.Is(err, unix.EEXIST) {
-			return Segment{}, fmt.Errorf("%w: a file %s is in the way", ErrExists, path)
-		}
-		return Segment{}, fmt.Errorf("create segment file: %w", err)
+		return Segment{}, err
 	}
 	defer unix.Close(fd)
 	if err := reserve(fd, size); err != nil {
 		_ = unix.Unlink(path)
 		return Segment{}, err
 	}
-	s := &Segment{Name: name, Path: path, Size: size, Creator: session, Created: time.Now()}
+	dev, ino, err := fsafe.Stat(fd)
+	if err != nil {
+		_ = unix.Unlink(path)
+		return Segment{}, fmt.Errorf("stat segment file: %w", err)
+	}
+	s := &Segment{Name: name, Path: path, Size: size, Creator: session, Created: time.Now(), dev: dev, ino: ino}
 	r.segs[name] = s
+	if err := r.writeManifestLocked(); err != nil {
+		delete(r.segs, name)
+		_ = unix.Unlink(path)
+		return Segment{}, err
+	}
 	r.total += size
 	r.attachLocked(session, name)
 	return *s, nil
+}
+
+// createFile makes a new, empty 0600 file for segment name.
+func (r *Registry) createFile(name string) (string, int, error) {
+	for range 4 {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		path := filepath.Join(r.dir, filePrefix+hex.EncodeToString(b[:])+"-"+name)
+		fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+		if errors.Is(err, unix.EEXIST) {
+			continue // someone guessed 64 random bits; draw again
+		}
+		if err != nil {
+			return "", -1, fmt.Errorf("create segment file: %w", err)
+		}
+		if err := unix.Fchmod(fd, 0o600); err != nil { // the umask may have narrowed it; never widened
+			unix.Close(fd)
+			_ = unix.Unlink(path)
+			return "", -1, fmt.Errorf("create segment file: %w", err)
+		}
+		return path, fd, nil
+	}
+	return "", -1, fmt.Errorf("%w: could not find a free file name in %s", ErrExists, r.dir)
 }
 
 // reserve sizes the file and reserves its pages, so that a full tmpfs fails
@@ -243,6 +487,7 @@ func (r *Registry) Unlink(name string) error {
 		return fmt.Errorf("%w: %q", ErrNotFound, name)
 	}
 	r.removeLocked(s)
+	_ = r.writeManifestLocked() // a stale entry fails verification at adoption anyway
 	return nil
 }
 
@@ -280,12 +525,18 @@ func (r *Registry) Usage() (total, limit int64) {
 	return r.total, r.limit
 }
 
-// Close unlinks every segment; later creations fail.
+// Close unlinks every segment and the manifest, and releases the lock;
+// later creations fail.
 func (r *Registry) Close() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.closed {
+		return
+	}
 	r.closed = true
 	for _, s := range r.segs {
 		r.removeLocked(s)
 	}
+	_ = os.Remove(r.manifest)
+	r.lock.Release(true)
 }

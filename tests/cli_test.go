@@ -76,7 +76,7 @@ func TestServeWithoutKey(t *testing.T) {
 	if code == 0 || !strings.Contains(stderr, "authkey file") {
 		t.Fatalf("missing key file: exit %d, %q", code, stderr)
 	}
-	_, stderr, code = runCmd(t, env("SYNCMGR_AUTHKEY=00"), "serve", "--socket", filepath.Join(dir, "h.sock"), "--shm-dir", "none", "--max-frame", "10")
+	_, stderr, code = runCmd(t, env("SYNCMGR_AUTHKEY="+newKey(t)), "serve", "--socket", filepath.Join(dir, "h.sock"), "--shm-dir", "none", "--max-frame", "10")
 	if code != 2 || !strings.Contains(stderr, "--max-frame") {
 		t.Fatalf("bad --max-frame: exit %d, %q", code, stderr)
 	}

@@ -36,6 +36,9 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	if os.Getenv("SYNCMGR_TEST_DIAL") != "" { // a helper process (otherusers_test.go): no daemon to build
+		return m.Run()
+	}
 	dir, err := os.MkdirTemp("", "syncmgr-bin")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -142,6 +145,8 @@ type daemon struct {
 	stderr *syncBuffer
 	exited chan struct{}
 	err    error // from Wait, valid once exited is closed
+
+	dialOpts []proxy.Option // for daemons run as another user (proxy.WithServerUID)
 }
 
 // startDaemon runs `syncmgr serve` on a fresh socket with extra flags and
@@ -224,7 +229,7 @@ func (d *daemon) dial(t *testing.T, opts ...proxy.Option) *proxy.Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
-	c, err := proxy.Dial(ctx, d.sock, d.keyBytes(), opts...)
+	c, err := proxy.Dial(ctx, d.sock, d.keyBytes(), append(d.dialOpts, opts...)...)
 	if err != nil {
 		t.Fatalf("dial: %v", err)
 	}

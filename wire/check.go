@@ -105,3 +105,8 @@ func checkSizes(b []byte) error {
 	}
 	return nil
 }
+
+// CheckSizes is checkSizes for other packages that decode MessagePack from
+// a peer (the Go client's cross-language values): every declared length
+// must fit in b, so a short input cannot make the decoder allocate gigabytes.
+func CheckSizes(b []byte) error { return checkSizes(b) }

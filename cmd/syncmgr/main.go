@@ -71,12 +71,13 @@ func run(ctx context.Context, args []string) error {
 	}
 }
 
-// signalContext is cancelled by the first SIGINT or SIGTERM; a second one
-// exits at once.
+// signalContext is cancelled by the first SIGINT, SIGTERM or SIGHUP; a
+// second one exits at once. SIGHUP (the terminal of `syncmgr serve &`
+// closing) is a clean stop like SIGTERM: segments unlinked, socket removed.
 func signalContext() (context.Context, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := make(chan os.Signal, 2)
-	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	go func() {
 		<-ch
 		cancel()

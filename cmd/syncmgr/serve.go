@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
 	"net"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -17,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/syncmgr/syncmgr/auth"
+	"github.com/syncmgr/syncmgr/internal/fsafe"
 	"github.com/syncmgr/syncmgr/manager"
 	"github.com/syncmgr/syncmgr/server"
 	"github.com/syncmgr/syncmgr/shmregistry"
@@ -37,13 +41,15 @@ func runServe(ctx context.Context, args []string) error {
 		maxFrame      = fs.Int("max-frame", wire.DefaultMaxFrame, "largest message in bytes")
 		tlsCert       = fs.String("tls-cert", "", "TLS certificate (PEM) for --tcp")
 		tlsKey        = fs.String("tls-key", "", "TLS private key (PEM) for --tcp")
-		allowOthers   = fs.Bool("allow-other-users", false, "accept Unix-socket clients running as another user (they still need the key)")
+		insecure      = fs.Bool("insecure", false, "allow --tcp without TLS on an address other than loopback (frames after the handshake are NOT authenticated)")
+		allowOthers   = fs.Bool("allow-other-users", false, "accept Unix-socket clients running as another user (they still need the key); the socket becomes 0666, or 0660 with --socket-group")
+		sockGroup     = fs.String("socket-group", "", "with --allow-other-users: only this group (name or gid) may connect; the socket is 0660 and owned by it")
 		shareGrace    = fs.Duration("share-grace", def.ShareGrace, "how long a shared (pickled) anonymous object outlives its last reference")
 		maxPerClient  = fs.Int("max-objects-per-client", def.MaxObjectsPerSession, "objects one client may create")
 		maxObjects    = fs.Int("max-objects", def.MaxObjects, "objects the daemon holds at most")
 		maxQueue      = fs.Int64("max-queue", def.MaxQueue, "largest queue maxsize")
 		maxConns      = fs.Int("max-conns", 8192, "authenticated connections at once")
-		maxUnauth     = fs.Int("max-handshakes", 128, "connections in the handshake at once")
+		maxUnauth     = fs.Int("max-handshakes", 128, "connections in the handshake at once, for Unix and for TCP each; over it the oldest silent one is dropped")
 		hsTimeout     = fs.Duration("handshake-timeout", 5*time.Second, "deadline on a connection's handshake")
 		parentPID     = fs.Int("exit-with-parent", 0, "shut down when the process with this pid is no longer our parent")
 		shutdownGrace = fs.Duration("shutdown-timeout", 10*time.Second, "how long a graceful shutdown may take")
@@ -80,28 +86,100 @@ func runServe(ctx context.Context, args []string) error {
 	if !found {
 		return fmt.Errorf("%w: no authkey: set SYNCMGR_AUTHKEY to a hex key or pass --authkey-file; make one with:\n  export SYNCMGR_AUTHKEY=$(syncmgr keygen)", errUsage)
 	}
+	if err := auth.CheckKey(key); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if f := auth.KeyFile(*keyFile); f != "" {
+		if mode, loose := auth.LooseMode(f); loose {
+			log.Warn().Str("file", f).Str("mode", fmt.Sprintf("%04o", mode)).
+				Msg("the authkey file can be read or written by other users; chmod 600 it")
+		}
+	}
 	if *maxFrame < 1024 || *maxFrame > 1<<30 {
 		return fmt.Errorf("%w: --max-frame must be between 1024 and 1 GiB", errUsage)
 	}
+	var unixOpts server.UnixOptions
+	if *sockGroup != "" {
+		if !*allowOthers {
+			return fmt.Errorf("%w: --socket-group needs --allow-other-users", errUsage)
+		}
+		gid, err := lookupGroup(*sockGroup)
+		if err != nil {
+			return err
+		}
+		unixOpts.Group = gid
+	} else if *allowOthers {
+		unixOpts.World = true
+	}
+	if *socket != "" && *socket != "none" {
+		abs, err := filepath.Abs(*socket) // pickled addresses must work from any directory
+		if err != nil {
+			return fmt.Errorf("socket path: %w", err)
+		}
+		*socket = abs
+	}
+	limit := int64(0)
+	if *shmDir != "none" {
+		if limit, err = parseLimit(*shmLimit, *shmDir); err != nil {
+			return err
+		}
+	}
+
+	// Take the addresses first: a daemon refused here (another one holds
+	// them) must not touch anything of the live one, its segments included.
+	var lns []net.Listener
+	closeAll := func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}
+	if *socket != "" && *socket != "none" {
+		ln, err := server.ListenUnixWith(*socket, unixOpts)
+		if err != nil {
+			return err
+		}
+		lns = append(lns, ln)
+		if *allowOthers {
+			warnUnreachable(log, *socket)
+		}
+		log.Info().Str("socket", *socket).Bool("other_users", *allowOthers).Msg("listening")
+	}
+	if *tcpAddr != "" {
+		var tcfg *tls.Config
+		if *tlsCert != "" || *tlsKey != "" {
+			cert, err := tls.LoadX509KeyPair(*tlsCert, *tlsKey)
+			if err != nil {
+				closeAll()
+				return fmt.Errorf("load tls key pair: %w", err)
+			}
+			tcfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		}
+		if tcfg == nil && !*insecure && !loopbackOnly(*tcpAddr) {
+			closeAll()
+			return fmt.Errorf("%w: --tcp %s without TLS: off loopback a relay on the path could rewrite replies after the handshake (and Python clients unpickle them); give --tls-cert/--tls-key, or --insecure on a network you trust", errUsage, *tcpAddr)
+		}
+		ln, err := server.ListenTCP(*tcpAddr, tcfg)
+		if err != nil {
+			closeAll()
+			return err
+		}
+		lns = append(lns, ln)
+		ev := log.Info()
+		if tcfg == nil {
+			ev = log.Warn().Str("security", "plaintext TCP: the handshake is authenticated, but later frames are neither encrypted nor authenticated; use --tls-cert/--tls-key across untrusted networks")
+		}
+		ev.Str("tcp", ln.Addr().String()).Bool("tls", tcfg != nil).Msg("listening")
+	}
+	if len(lns) == 0 {
+		return fmt.Errorf("%w: nothing to listen on: give --socket or --tcp", errUsage)
+	}
+	defer closeAll()
+
 	var shm *shmregistry.Registry
 	if *shmDir != "none" {
-		limit, err := parseLimit(*shmLimit, *shmDir)
+		shm, err = openShm(log, *shmDir, *socket, *tcpAddr, limit, *parentPID > 0)
 		if err != nil {
 			return err
-		}
-		id := *socket
-		if id == "" || id == "none" {
-			id = "tcp:" + *tcpAddr
-		} else if abs, err := filepath.Abs(id); err == nil {
-			id = abs
-		}
-		var adopted []string
-		shm, adopted, err = shmregistry.Open(*shmDir, shmregistry.Prefix(id), limit)
-		if err != nil {
-			return err
-		}
-		if len(adopted) > 0 {
-			log.Warn().Int("segments", len(adopted)).Str("dir", *shmDir).Msg("adopted shared-memory segments left by a previous run on this address")
 		}
 		defer shm.Close() // a graceful stop unlinks every segment
 	}
@@ -115,42 +193,6 @@ func runServe(ctx context.Context, args []string) error {
 		return err
 	}
 
-	var lns []net.Listener
-	closeAll := func() {
-		for _, ln := range lns {
-			ln.Close()
-		}
-	}
-	if *socket != "" && *socket != "none" {
-		ln, err := server.ListenUnix(*socket)
-		if err != nil {
-			return err
-		}
-		lns = append(lns, ln)
-		log.Info().Str("socket", *socket).Msg("listening")
-	}
-	if *tcpAddr != "" {
-		var tcfg *tls.Config
-		if *tlsCert != "" || *tlsKey != "" {
-			cert, err := tls.LoadX509KeyPair(*tlsCert, *tlsKey)
-			if err != nil {
-				closeAll()
-				return fmt.Errorf("load tls key pair: %w", err)
-			}
-			tcfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-		}
-		ln, err := server.ListenTCP(*tcpAddr, tcfg)
-		if err != nil {
-			closeAll()
-			return err
-		}
-		lns = append(lns, ln)
-		ev := log.Info()
-		if tcfg == nil {
-			ev = log.Warn().Str("security", "traffic on this port is authenticated but NOT encrypted; use --tls-cert/--tls-key across untrusted networks")
-		}
-		ev.Str("tcp", ln.Addr().String()).Bool("tls", tcfg != nil).Msg("listening")
-	}
 	if len(lns) == 0 {
 		return fmt.Errorf("%w: nothing to listen on: give --socket or --tcp", errUsage)
 	}
@@ -177,9 +219,84 @@ func runServe(ctx context.Context, args []string) error {
 	if err := srv.Shutdown(sctx); err != nil {
 		log.Warn().Err(err).Msg("shutdown incomplete")
 	}
-	closeAll()
 	log.Info().Msg("stopped")
 	return serveErr
+}
+
+// openShm opens the shared-memory registry once the addresses are ours.
+// A daemon on a fixed address keeps its manifest beside its socket (or, with
+// TCP only, in the user's private directory) and adopts what its previous
+// run made there. An embedded daemon (--exit-with-parent) is never restarted
+// on its private address: it records its segments under the user's run
+// directory, and every daemon starting removes those of embedded daemons
+// that are dead.
+func openShm(log zerolog.Logger, dir, socket, tcp string, limit int64, ephemeral bool) (*shmregistry.Registry, error) {
+	runs := filepath.Join(server.UserDir(), "syncmgr-runs")
+	if removed, err := shmregistry.Sweep(runs); err != nil {
+		log.Warn().Err(err).Str("dir", runs).Msg("cannot look for segments of dead embedded daemons")
+	} else if len(removed) > 0 {
+		log.Info().Int("segments", len(removed)).Msg("removed shared-memory segments of dead embedded daemons")
+	}
+	o := shmregistry.Options{Dir: dir, Limit: limit}
+	switch {
+	case ephemeral:
+		o.StateDir, o.Ephemeral = runs, true
+	case socket != "" && socket != "none":
+		o.StateDir, o.Name = filepath.Dir(socket), filepath.Base(socket)
+	default:
+		sum := sha256.Sum256([]byte(tcp))
+		o.StateDir, o.Name = server.UserDir(), "tcp-"+hex.EncodeToString(sum[:8])
+	}
+	shm, rep, err := shmregistry.Open(o)
+	for i := 0; errors.Is(err, fsafe.ErrLocked) && i < 30; i++ {
+		time.Sleep(100 * time.Millisecond) // the previous daemon on this address is still closing its registry
+		shm, rep, err = shmregistry.Open(o)
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range rep.Refused {
+		log.Warn().Str("segment", r).Msg("not adopting a shared-memory segment of the previous run")
+	}
+	if len(rep.Adopted) > 0 {
+		log.Warn().Int("segments", len(rep.Adopted)).Str("dir", dir).Msg("adopted shared-memory segments left by a previous run on this address")
+	}
+	return shm, nil
+}
+
+// loopbackOnly says whether a HOST:PORT listens on loopback only.
+func loopbackOnly(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// lookupGroup returns the gid of a group name or number.
+func lookupGroup(g string) (int, error) {
+	if gid, err := strconv.Atoi(g); err == nil && gid > 0 {
+		return gid, nil
+	}
+	grp, err := user.LookupGroup(g)
+	if err != nil {
+		return 0, fmt.Errorf("%w: --socket-group: %v", errUsage, err)
+	}
+	return strconv.Atoi(grp.Gid)
+}
+
+// warnUnreachable warns when the socket's directory does not let other
+// users reach the socket (--allow-other-users on, e.g., $XDG_RUNTIME_DIR).
+func warnUnreachable(log zerolog.Logger, socket string) {
+	fi, err := os.Stat(filepath.Dir(socket))
+	if err == nil && fi.Mode().Perm()&0o011 == 0 {
+		log.Warn().Str("dir", filepath.Dir(socket)).Str("mode", fmt.Sprintf("%04o", fi.Mode().Perm())).
+			Msg("--allow-other-users: other users cannot reach the socket through this directory; use --socket in a directory the daemon creates")
+	}
 }
 
 // watchParent reports on errc (with a nil error) once pid is no longer our

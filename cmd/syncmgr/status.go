@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -28,6 +30,10 @@ func runStatus(ctx context.Context, args []string) error {
 	addr := fs.String("address", defaultAddress(), "daemon address: a socket path or tcp://host:port (default $SYNCMGR_ADDRESS)")
 	keyFile := fs.String("authkey-file", "", "file holding the authkey as hex (default $SYNCMGR_AUTHKEY)")
 	limit := fs.Int("limit", 1000, "list at most this many objects")
+	tlsCA := fs.String("tls-ca", os.Getenv("SYNCMGR_TLS_CA"), "TLS: CA file to trust for a tcp:// address (default $SYNCMGR_TLS_CA; TLS is used when set)")
+	tlsCert := fs.String("tls-cert", os.Getenv("SYNCMGR_TLS_CERT"), "TLS: client certificate (PEM) (default $SYNCMGR_TLS_CERT)")
+	tlsKey := fs.String("tls-key", os.Getenv("SYNCMGR_TLS_KEY"), "TLS: client private key (PEM) (default $SYNCMGR_TLS_KEY)")
+	tlsName := fs.String("tls-server-name", os.Getenv("SYNCMGR_TLS_SERVER_NAME"), "TLS: name to check the server's certificate against (default $SYNCMGR_TLS_SERVER_NAME, else the host)")
 	asJSON := fs.Bool("json", false, "print one JSON document (server, objects, sessions, waiting, shared_memory) instead of tables")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -47,7 +53,15 @@ func runStatus(ctx context.Context, args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	c, err := proxy.Dial(ctx, *addr, key, proxy.WithLabel("syncmgr status"))
+	opts := []proxy.Option{proxy.WithLabel("syncmgr status")}
+	if *tlsCA != "" {
+		cfg, err := clientTLS(*tlsCA, *tlsCert, *tlsKey, *tlsName)
+		if err != nil {
+			return err
+		}
+		opts = append(opts, proxy.WithTLS(cfg))
+	}
+	c, err := proxy.Dial(ctx, *addr, key, opts...)
 	if err != nil {
 		return err
 	}
@@ -277,4 +291,25 @@ func defaultAddress() string {
 		return a
 	}
 	return server.DefaultSocketPath()
+}
+
+// clientTLS builds the TLS settings of a client from file names.
+func clientTLS(ca, cert, key, name string) (*tls.Config, error) {
+	pem, err := os.ReadFile(ca)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-ca: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("--tls-ca: no certificate in %s", ca)
+	}
+	cfg := &tls.Config{RootCAs: pool, ServerName: name, MinVersion: tls.VersionTLS12}
+	if cert != "" {
+		pair, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return cfg, nil
 }

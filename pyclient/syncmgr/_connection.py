@@ -113,7 +113,54 @@ def default_address() -> str:
     run = os.environ.get("XDG_RUNTIME_DIR")
     if run:
         return os.path.join(run, "syncmgr.sock")
-    return os.path.join("/tmp", f"syncmgr-{os.getuid()}", "syncmgr.sock")
+    # As the daemon (Go's os.TempDir): $TMPDIR, else /tmp.
+    return os.path.join(os.environ.get("TMPDIR") or "/tmp", f"syncmgr-{os.getuid()}", "syncmgr.sock")
+
+
+TLS_ENV = ("SYNCMGR_TLS_CA", "SYNCMGR_TLS_CERT", "SYNCMGR_TLS_KEY", "SYNCMGR_TLS_SERVER_NAME")
+_env_tls: dict[tuple[str, ...], ssl.SSLContext] = {}
+
+
+def tls_context_from_env() -> Optional[ssl.SSLContext]:
+    """TLS for tcp:// addresses from the environment, or None when
+    $SYNCMGR_TLS_CA is not set: $SYNCMGR_TLS_CA (CA file to trust),
+    $SYNCMGR_TLS_CERT and $SYNCMGR_TLS_KEY (optional client certificate),
+    $SYNCMGR_TLS_SERVER_NAME (the name to check the certificate against;
+    default: the address's host). ``Manager.runtime_env()`` carries them."""
+    vals = tuple(os.environ.get(k, "") for k in TLS_ENV)
+    if not vals[0]:
+        return None
+    with _clients_lock:
+        ctx = _env_tls.get(vals)
+        if ctx is None:
+            try:
+                ctx = ssl.create_default_context(cafile=vals[0])
+                if vals[1]:
+                    ctx.load_cert_chain(vals[1], vals[2] or None)
+            except (OSError, ssl.SSLError) as e:
+                raise exc.ConnectError(f"TLS settings from the environment ($SYNCMGR_TLS_*): {e}") from e
+            _env_tls[vals] = ctx
+        return ctx
+
+
+def normalize_address(address: Any) -> str:
+    """A daemon address as a string that means the same in any process.
+
+    A ``(host, port)`` pair (as ``multiprocessing.managers`` takes) becomes
+    ``tcp://host:port``; a relative socket path becomes absolute, so a proxy
+    pickled here still works in a child with another working directory.
+    """
+    if isinstance(address, (tuple, list)) and len(address) == 2:
+        host, port = address
+        host = str(host)
+        return f"tcp://[{host}]:{int(port)}" if ":" in host else f"tcp://{host}:{int(port)}"
+    if not isinstance(address, str):
+        raise TypeError(f"a syncmgr address is a socket path, 'tcp://host:port' or (host, port), not {address!r}")
+    if address.startswith("tcp://"):
+        return address
+    if address.startswith("unix://"):
+        return "unix://" + os.path.abspath(address[len("unix://"):])
+    return os.path.abspath(address) if address else address
 
 
 def key_from_env() -> bytes:
@@ -202,6 +249,9 @@ def key_for(address: str) -> bytes:
 
 def get_client(address: str, authkey: Optional[bytes] = None, ssl_context: Optional[ssl.SSLContext] = None) -> Client:
     """The process's client for address (created on first use)."""
+    address = normalize_address(address)
+    if ssl_context is None and address.startswith("tcp://"):
+        ssl_context = tls_context_from_env()
     with _clients_lock:
         c = _clients.get(address)
         if c is None or (authkey is not None and c._key != authkey) or (
@@ -260,6 +310,13 @@ class Connection:
             if not hmac.compare_digest(welcome.get("mac", b""), expect):
                 raise exc.AuthenticationError(f"the server at {self.address} did not prove it knows the authkey")
             self.boot_id = welcome.get("boot_id", "")
+        except exc.ServerGoneError as e:
+            # Closed before the handshake ended: the daemon dropped us to make
+            # room (too many connections in the handshake) or is stopping.
+            raise exc.ConnectError(
+                f"syncmgr at {self.address} closed the connection during the handshake: the server is busy "
+                "(too many connections waiting to authenticate) or shutting down; try again"
+            ) from e
         except (OSError, ValueError, msgpack.UnpackException) as e:
             if isinstance(e, exc.SyncMgrError):
                 raise
@@ -361,6 +418,27 @@ def _alive(sock: socket.socket) -> bool:
         return False
 
 
+def _check_server_uid(sock: socket.socket, address: str) -> None:
+    """Refuse a Unix socket whose listener runs as another user than ours or
+    root (SO_PEERCRED), before sending anything: another user could have put
+    their socket at the path to capture the handshake. $SYNCMGR_SERVER_UID
+    names one more uid to accept (a daemon shared with --allow-other-users)."""
+    if not hasattr(socket, "SO_PEERCRED"):  # pragma: no cover - not Linux
+        return
+    import struct
+
+    _pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    allowed = {os.geteuid(), 0}
+    extra = os.environ.get("SYNCMGR_SERVER_UID", "")
+    if extra.isdigit():
+        allowed.add(int(extra))
+    if uid not in allowed:
+        raise exc.ConnectError(
+            f"the syncmgr socket at {address} belongs to a process of uid {uid}, not ours ({os.geteuid()}): refusing "
+            "to talk to it (set SYNCMGR_SERVER_UID to that uid if the daemon is shared on purpose)"
+        )
+
+
 def _connect(address: str, ssl_context: Optional[ssl.SSLContext]) -> socket.socket:
     try:
         if address.startswith("tcp://"):
@@ -370,13 +448,21 @@ def _connect(address: str, ssl_context: Optional[ssl.SSLContext]) -> socket.sock
             sock = socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if ssl_context is not None:
-                sock = ssl_context.wrap_socket(sock, server_hostname=host)
+                sock = ssl_context.wrap_socket(sock, server_hostname=os.environ.get("SYNCMGR_TLS_SERVER_NAME") or host)
             return sock
         path = address[len("unix://"):] if address.startswith("unix://") else address
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(CONNECT_TIMEOUT)
         try:
             sock.connect(path)
+            _check_server_uid(sock, address)
+        except (FileNotFoundError, ConnectionRefusedError) as e:
+            sock.close()
+            raise exc.ConnectError(
+                f"no syncmgr daemon is running at {address} ({e.strerror}): start one with `syncmgr serve"
+                f"{'' if path == default_address() else ' --socket ' + path}` (or use syncmgr.Manager() for a "
+                "private one), or set SYNCMGR_ADDRESS to a running daemon's address"
+            ) from e
         except BaseException:
             sock.close()
             raise

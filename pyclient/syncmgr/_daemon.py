@@ -96,14 +96,15 @@ def write_key_file(directory: str, key: bytes) -> str:
     return path
 
 
-_LEVELS = {"level=ERROR": logging.ERROR, "level=WARN": logging.WARNING,
-           "level=INFO": logging.INFO, "level=DEBUG": logging.DEBUG}
+# The daemon's console log lines read "<time> <LVL> <message> key=value...".
+_LEVELS = {"DBG": logging.DEBUG, "INF": logging.INFO, "WRN": logging.WARNING, "ERR": logging.ERROR,
+           "FTL": logging.CRITICAL, "PNC": logging.CRITICAL}
 
 
 def _level_of(line: str) -> int:
-    for tag, lvl in _LEVELS.items():
-        if tag in line:
-            return lvl
+    parts = line.split(" ", 2)
+    if len(parts) >= 2 and parts[1] in _LEVELS:
+        return _LEVELS[parts[1]]
     return logging.WARNING  # a line not from the logger (a panic, a Go runtime message)
 
 

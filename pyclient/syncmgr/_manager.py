@@ -10,13 +10,13 @@ from __future__ import annotations
 import atexit
 import os
 import ssl
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from . import _containers
 from . import _proxies as px
 from . import exceptions as exc
 from . import shared_memory as shm
-from ._connection import Client, default_address, get_client, key_for, set_label
+from ._connection import TLS_ENV, Client, default_address, get_client, key_for, normalize_address, set_label
 from ._daemon import PrivateDaemon, find_binary
 
 __all__ = ["Manager", "connect", "find_binary"]
@@ -35,13 +35,13 @@ class Manager:
     ``Manager(address, authkey)`` uses a running daemon instead.
     """
 
-    def __init__(self, address: Optional[str] = None, authkey: Optional[bytes] = None, *,
+    def __init__(self, address: Optional[Union[str, tuple[str, int]]] = None, authkey: Optional[bytes] = None, *,
                  ssl_context: Optional[ssl.SSLContext] = None, log_level: str = "warn",
                  daemon_args: tuple[str, ...] = (), label: Optional[str] = None) -> None:
         if label is not None:
             set_label(label)
         self._embedded = address is None
-        self._address = address
+        self._address: Optional[str] = normalize_address(address) if address is not None else None
         self._authkey = authkey
         self._ssl = ssl_context
         self._log_level = log_level
@@ -142,7 +142,9 @@ class Manager:
     def runtime_env(self) -> dict[str, Any]:
         """A Ray runtime_env that lets workers reach this daemon."""
         key = self._authkey if self._authkey is not None else key_for(self.address)
-        return {"env_vars": {"SYNCMGR_ADDRESS": self.address, "SYNCMGR_AUTHKEY": key.hex()}}
+        env = {"SYNCMGR_ADDRESS": self.address, "SYNCMGR_AUTHKEY": key.hex()}
+        env.update({k: os.environ[k] for k in TLS_ENV if os.environ.get(k)})  # TLS settings, when set here
+        return {"env_vars": env}
 
     def _c(self) -> Client:
         if self._state == "initial":
@@ -279,7 +281,7 @@ class Manager:
         return shm.RawValue(self._c(), typecode_or_type, *args)
 
 
-def connect(address: Optional[str] = None, authkey: Optional[bytes] = None, *,
+def connect(address: Optional[Union[str, tuple[str, int]]] = None, authkey: Optional[bytes] = None, *,
             ssl_context: Optional[ssl.SSLContext] = None, label: Optional[str] = None) -> Manager:
     """A manager for a running daemon: address defaults to $SYNCMGR_ADDRESS,
     authkey to $SYNCMGR_AUTHKEY (hex) or the file named by $SYNCMGR_AUTHKEY_FILE.

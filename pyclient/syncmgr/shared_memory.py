@@ -25,6 +25,7 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
+import stat
 from typing import TYPE_CHECKING, Any, Callable
 
 from ._transport import Transport
@@ -36,6 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "SharedMemory",
     "SharedMemoryHostError",
+    "SharedMemoryFileError",
     "ndarray",
     "RawArray",
     "RawValue",
@@ -46,6 +48,30 @@ __all__ = [
 
 class SharedMemoryHostError(SyncMgrError):
     """The segment lives on another host than this process: it cannot be mapped."""
+
+
+class SharedMemoryFileError(SyncMgrError, PermissionError):
+    """A segment's file is not the daemon's own private file of the expected size.
+
+    Raised instead of mapping a file someone else could read, change or
+    shrink (a shrunk mapping kills the process with SIGBUS on access).
+    """
+
+
+def _check_segment_file(st: os.stat_result, size: int, daemon_uid: Any) -> str:
+    """What is wrong with an opened segment file, or ''."""
+    owner = int(daemon_uid) if isinstance(daemon_uid, int) else os.geteuid()
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a regular file"
+    if st.st_uid != owner:
+        return f"belongs to uid {st.st_uid}, not to the daemon's uid {owner}"
+    if st.st_mode & 0o077:
+        return f"has mode {st.st_mode & 0o7777:04o}: others may read or write it"
+    if st.st_nlink != 1:
+        return f"has {st.st_nlink} links"
+    if st.st_size != size:
+        return f"is {st.st_size} bytes, the daemon says {size}"
+    return ""
 
 
 def _no_client(address: str) -> Transport:  # pragma: no cover - replaced by the package
@@ -107,10 +133,20 @@ class SharedMemory:
                 f"{client.address}, not on this host: shared memory does not cross hosts (see docs/ray.md)"
             )
         try:
-            fd = os.open(info["path"], os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+            # Never through a symlink: the file must be the daemon's own.
+            fd = os.open(info["path"], os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         except FileNotFoundError as exc:
             raise FileNotFoundError(f"shared memory segment {self._name!r} has no file at {info['path']}") from exc
+        except OSError as exc:
+            client.notify("shm_detach", {"name": self._name})
+            raise SharedMemoryFileError(
+                f"shared memory segment {self._name!r}: cannot open {info['path']}: {exc}"
+            ) from exc
         try:
+            problem = _check_segment_file(os.fstat(fd), self._size, info.get("uid"))
+            if problem:
+                client.notify("shm_detach", {"name": self._name})
+                raise SharedMemoryFileError(f"shared memory segment {self._name!r} refused: {info['path']} {problem}")
             self._mmap = mmap.mmap(fd, self._size)
         finally:
             os.close(fd)

@@ -81,4 +81,4 @@ def test_embedded_daemon_warnings_reach_the_user(caplog):
         with syncmgr.Manager(daemon_args=("--tcp", "127.0.0.1:0")) as m:
             m.Event().set()
     warnings = [r.getMessage() for r in caplog.records if r.name == "syncmgr.daemon"]
-    assert any("NOT encrypted" in w for w in warnings), warnings
+    assert any("plaintext TCP" in w for w in warnings), warnings

@@ -1,0 +1,185 @@
+"""Issue 12 hardening seen from the Python client: segment files are checked before mapping."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from syncmgr.shared_memory import SharedMemoryFileError
+
+
+def _swap(path: str, make) -> None:
+    """Replace path with what make(tmp) creates, through a rename (a new inode)."""
+    tmp = path + ".swap"
+    make(tmp)
+    os.rename(tmp, path)
+
+
+def test_attach_refuses_a_symlinked_segment(m, tmp_path):
+    seg = m.SharedMemory(create=True, size=4096)
+    path = m._c().call("shm_attach", {"name": seg.name})["path"]
+    target = tmp_path / "elsewhere"
+    target.write_bytes(b"\0" * 4096)
+    _swap(path, lambda tmp: os.symlink(target, tmp))
+    with pytest.raises(SharedMemoryFileError):
+        m.SharedMemory(seg.name)
+    with pytest.raises(PermissionError):  # it is a PermissionError too
+        m.SharedMemory(seg.name)
+    seg.close()
+
+
+@pytest.mark.parametrize("problem", ["shrunk", "readable by others", "hard link"])
+def test_attach_refuses_a_changed_segment_file(m, problem):
+    seg = m.SharedMemory(create=True, size=8192)
+    path = m._c().call("shm_attach", {"name": seg.name})["path"]
+    if problem == "shrunk":  # mapping it would SIGBUS the reader past the end
+        os.truncate(path, 100)
+    elif problem == "readable by others":
+        os.chmod(path, 0o644)
+    else:
+        os.link(path, path + ".extra")
+    try:
+        with pytest.raises(SharedMemoryFileError):
+            m.SharedMemory(seg.name)
+    finally:
+        if os.path.exists(path + ".extra"):
+            os.unlink(path + ".extra")
+    seg.close()
+
+
+# --- issue 12 item 14 (client side) and item 6 (client side) ---------------------
+
+
+def test_default_address_follows_tmpdir_like_the_daemon(monkeypatch, tmp_path):
+    from syncmgr._connection import default_address
+
+    monkeypatch.delenv("SYNCMGR_ADDRESS", raising=False)
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    assert default_address() == os.path.join(str(tmp_path), f"syncmgr-{os.getuid()}", "syncmgr.sock")
+
+
+def test_relative_and_host_port_addresses(daemon, tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    import syncmgr
+
+    monkeypatch.chdir(os.path.dirname(daemon.address))
+    m = syncmgr.connect(os.path.basename(daemon.address), daemon.key)
+    assert m.address == daemon.address  # made absolute
+    ev = m.Event()
+    ev.set()
+    import pickle
+
+    blob = pickle.dumps(ev)
+    # A child in another working directory unpickles the proxy and reaches the daemon.
+    code = "import pickle, sys; ev = pickle.loads(sys.stdin.buffer.read()); print(ev.is_set())"
+    out = subprocess.run([sys.executable, "-c", code], input=blob, capture_output=True, cwd=str(tmp_path),
+                         env=daemon.env, timeout=30)
+    assert out.stdout.strip() == b"True", out.stderr.decode()
+    from syncmgr._connection import normalize_address
+
+    assert normalize_address(("127.0.0.1", 7791)) == "tcp://127.0.0.1:7791"
+    assert normalize_address(("::1", 7791)) == "tcp://[::1]:7791"
+    assert syncmgr.Manager(("127.0.0.1", 7791)).address == "tcp://127.0.0.1:7791"
+
+
+def test_daemon_not_running_says_how_to_start_one(tmp_path):
+    import syncmgr
+
+    with pytest.raises(syncmgr.ConnectError) as ei:
+        syncmgr.connect(str(tmp_path / "none.sock"), os.urandom(32)).Lock()
+    msg = str(ei.value)
+    assert "no syncmgr daemon is running" in msg and "syncmgr serve" in msg and "SYNCMGR_ADDRESS" in msg
+
+
+def test_socket_of_another_user_is_refused(monkeypatch):
+    """A listener of another uid gets nothing from us, not even the handshake (root only)."""
+    import subprocess
+
+    import syncmgr
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root: runs a listener as uid 64002 with setpriv")
+    import shutil
+    import tempfile
+
+    shared = tempfile.mkdtemp(prefix="smx", dir="/tmp")
+    os.chmod(shared, 0o777)
+    path = os.path.join(shared, "evil.sock")
+    code = ("import socket, sys, time; s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(); "
+            "print('ready', flush=True); c, _ = s.accept(); c.settimeout(5); "
+            "print('got', len(c.recv(100)), flush=True)")
+    python = shutil.which("python3", path="/usr/bin:/bin") or "/usr/bin/python3"  # one the other user can run
+    proc = subprocess.Popen(["setpriv", "--reuid=64002", "--regid=64002", "--clear-groups", "--",
+                             python, "-c", code, path], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        monkeypatch.delenv("SYNCMGR_SERVER_UID", raising=False)
+        with pytest.raises(syncmgr.ConnectError, match="uid 64002"):
+            syncmgr.connect(path, os.urandom(32)).Lock()
+        out, _ = proc.communicate(timeout=10)
+        assert "got 0" in out  # we closed without sending a byte
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+# --- issue 12 item 5: TLS settings from the environment ---------------------------
+
+
+def test_tls_from_the_environment_reaches_ray_style_workers(tmp_path, monkeypatch):
+    import re
+    import shutil
+    import subprocess
+    import sys
+    import time
+
+    import syncmgr
+    from conftest import start_daemon
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make a test certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                    "-nodes", "-days", "1", "-subj", "/CN=syncmgr-test", "-addext", "subjectAltName=DNS:syncmgr-test",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True, timeout=60)
+    d = start_daemon("--tcp", "127.0.0.1:0", "--tls-cert", str(cert), "--tls-key", str(key), "--log-format", "json",
+                     "--log-level", "info")
+    try:
+        with open(d.log) as f:
+            port = re.search(r'"tcp":"127\.0\.0\.1:(\d+)"', f.read()).group(1)
+        addr = f"tcp://127.0.0.1:{port}"
+        # Without TLS settings: an error that says the port needs TLS, quickly.
+        monkeypatch.delenv("SYNCMGR_TLS_CA", raising=False)
+        t0 = time.monotonic()
+        with pytest.raises(syncmgr.SyncMgrError, match="requires TLS"):
+            syncmgr.connect(addr, d.key).Event()
+        assert time.monotonic() - t0 < 5
+        # With them (and a server name other than the address's host).
+        monkeypatch.setenv("SYNCMGR_TLS_CA", str(cert))
+        monkeypatch.setenv("SYNCMGR_TLS_SERVER_NAME", "syncmgr-test")
+        m = syncmgr.connect(addr, d.key)
+        ev = m.Event()
+        ev.set()
+        env = m.runtime_env()["env_vars"]
+        assert env["SYNCMGR_TLS_CA"] == str(cert) and env["SYNCMGR_TLS_SERVER_NAME"] == "syncmgr-test"
+        # A worker with only the runtime_env's variables unpickles a proxy and uses it.
+        import pickle
+
+        code = "import pickle, sys; ev = pickle.loads(sys.stdin.buffer.read()); print(ev.is_set())"
+        worker_env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": os.pathsep.join(sys.path), **env}
+        out = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(ev), capture_output=True,
+                             env=worker_env, timeout=30)
+        assert out.stdout.strip() == b"True", out.stderr.decode()
+        # `syncmgr status` takes the same settings (flags default to the variables).
+        from conftest import BIN
+
+        st = subprocess.run([BIN, "status", "--address", addr], capture_output=True, timeout=30,
+                            env={**worker_env, "SYNCMGR_AUTHKEY": d.key.hex()})
+        assert st.returncode == 0 and b"EVENT" in st.stdout.upper(), st.stderr.decode()
+    finally:
+        d.stop()
