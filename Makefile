@@ -8,7 +8,7 @@ PY      := $(VENV)/bin/python
 BIN     := bin/syncmgr
 GOFILES := $(shell find . -name '*.go' -not -path './.venv/*' 2>/dev/null)
 
-.PHONY: all build venv test test-go test-py test-outside test-wheel wheel wheel-all lint lint-py fuzz demo demo-compare bench bench-smoke soak soak-smoke clean
+.PHONY: all build venv test test-go test-py test-outside test-wheel wheel wheel-all lint lint-py fuzz demo demo-compare bench bench-smoke bench-targets bench-targets-smoke soak soak-smoke clean
 
 all: build
 
@@ -19,7 +19,7 @@ $(BIN): $(GOFILES) go.mod go.sum
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: pyclient/pyproject.toml scripts/setup-venv.sh
+$(VENV)/.installed: pyclient/pyproject.toml pyclient/setup.py pyclient/_daemon_build.py pyclient/syncmgr/_fastpath.c scripts/setup-venv.sh
 	PYTHON=$(PYTHON) bash scripts/setup-venv.sh $(VENV)
 	touch $@
 
@@ -76,7 +76,7 @@ test-wheel: venv
 test-outside: build venv
 	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) tests/outside/run_outside.py $(OUTSIDE_ARGS)
 
-test: test-go fuzz soak-smoke bench-smoke test-wheel test-py test-outside
+test: test-go fuzz soak-smoke bench-smoke bench-targets-smoke test-wheel test-py test-outside
 
 # The Ape-X DQN on Ray + cpprb + syncmgr: exits 0 only if it learned CartPole-v1
 # (greedy return >= 195) and left nothing in /dev/shm. Flags: DEMO_ARGS="--seed 3".
@@ -99,6 +99,17 @@ bench: build venv $(VENV)/.bench-installed
 # A few seconds of every benchmark, to check that it runs (not its numbers).
 bench-smoke: build venv
 	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) -m bench --smoke --no-redis
+
+# Issue 13's targets (fast path, hand-off, killed holder, cpprb table, Queue
+# ring figure) in one interleaved run; rewrites its own section of
+# docs/benchmarks.md. faster-fifo is optional (its row is skipped without it).
+bench-targets: build venv $(VENV)/.bench-installed
+	-$(PY) -m pip install -q faster-fifo
+	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) bench/targets.py $(BENCH_ARGS)
+
+# A fraction of a second per workload, to check that it runs (not its numbers).
+bench-targets-smoke: build venv
+	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) bench/targets.py --smoke
 
 clean:
 	rm -rf bin $(VENV) dist pyclient/build

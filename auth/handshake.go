@@ -61,6 +61,9 @@ type Welcome struct {
 	Conn    uint64 `msgpack:"conn"`
 	BootID  string `msgpack:"boot_id"`
 	PID     int    `msgpack:"pid"`
+	// Run identifies this run of the daemon (random, new at each start);
+	// clients older than it ignore it.
+	Run string `msgpack:"run,omitempty"`
 }
 
 // ErrorMsg is the frame sent before closing a connection whose handshake
@@ -97,6 +100,7 @@ type ServerConfig struct {
 	BootID   string
 	PID      int
 	ConnID   uint64
+	RunID    string // this run of the daemon, sent in the welcome
 }
 
 // Peer is what the server learns about an authenticated client.
@@ -159,7 +163,7 @@ func Server(rw io.ReadWriter, cfg ServerConfig) (*Peer, error) {
 		return fail(wire.CodeAuthFailed, errors.New("authkey does not match the server's"))
 	}
 	w := Welcome{T: "welcome", MAC: MAC(cfg.Key, ServerLabel, a.Nonce, ns), Session: a.Session,
-		Conn: cfg.ConnID, BootID: cfg.BootID, PID: cfg.PID}
+		Conn: cfg.ConnID, BootID: cfg.BootID, PID: cfg.PID, Run: cfg.RunID}
 	if err := writeMsg(rw, w); err != nil {
 		return nil, fmt.Errorf("write welcome: %w", err)
 	}
@@ -183,6 +187,7 @@ type ServerInfo struct {
 	ConnID   uint64
 	BootID   string
 	PID      int
+	RunID    string // "" from a daemon that sends none
 }
 
 // Client runs the client side of the handshake on rw. It fails with an error
@@ -234,7 +239,7 @@ func Client(rw io.ReadWriter, cfg ClientConfig) (*ServerInfo, error) {
 		return nil, fmt.Errorf("%w: the server did not prove it knows the key", ErrAuthFailed)
 	}
 	return &ServerInfo{Version: Version, Server: h.Server, MaxFrame: h.MaxFrame, Session: w.Session,
-		ConnID: w.Conn, BootID: w.BootID, PID: w.PID}, nil
+		ConnID: w.Conn, BootID: w.BootID, PID: w.PID, RunID: w.Run}, nil
 }
 
 // refusal returns the error an error frame carries, or nil for any other

@@ -27,6 +27,8 @@ type Dict struct {
 	entries map[string]*list.Element
 	order   list.List // of *DictEntry
 	bytes   int64
+	lim     *byteLimits // nil: no byte limits
+	held    int64       // counted bytes (EntryCost of every entry)
 }
 
 func newDict(name string, kind Kind) *Dict {
@@ -46,11 +48,45 @@ func (d *Dict) Get(key []byte) (DictEntry, bool) {
 	return DictEntry{}, false
 }
 
-// Set stores an entry, keeping its position if the key exists.
-func (d *Dict) Set(e DictEntry) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.setLocked(e)
+// Set stores an entry, keeping its position if the key exists. Over a
+// byte limit it fails with ErrLimit and stores nothing.
+func (d *Dict) Set(e DictEntry) error {
+	return d.Update([]DictEntry{e})
+}
+
+// reserve charges what storing es would add (or gives back what it would
+// free); call under d.mu. On error nothing is charged.
+func (d *Dict) reserve(es []DictEntry) error {
+	var delta int64
+	var seen map[string]int // value sizes of keys set earlier in es
+	if len(es) > 1 {
+		seen = make(map[string]int, len(es))
+	}
+	for _, e := range es {
+		if n, ok := seen[string(e.Key)]; ok {
+			delta += int64(len(e.Value) - n)
+		} else if el, ok := d.entries[string(e.Key)]; ok {
+			delta += int64(len(e.Value) - len(el.Value.(*DictEntry).Value))
+		} else {
+			delta += EntryCost(e)
+		}
+		if seen != nil {
+			seen[string(e.Key)] = len(e.Value)
+		}
+	}
+	if d.dead != nil && delta > 0 {
+		return d.dead
+	}
+	if delta < 0 {
+		d.held += delta
+		d.lim.release(-delta)
+		return nil
+	}
+	if err := d.lim.charge(d.held, delta); err != nil {
+		return err
+	}
+	d.held += delta
+	return nil
 }
 
 func (d *Dict) setLocked(e DictEntry) {
@@ -66,23 +102,31 @@ func (d *Dict) setLocked(e DictEntry) {
 }
 
 // SetDefault returns the existing entry for e.Key, or stores e and returns it.
-func (d *Dict) SetDefault(e DictEntry) DictEntry {
+func (d *Dict) SetDefault(e DictEntry) (DictEntry, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if el, ok := d.entries[string(e.Key)]; ok {
-		return *el.Value.(*DictEntry)
+		return *el.Value.(*DictEntry), nil
+	}
+	if err := d.reserve([]DictEntry{e}); err != nil {
+		return DictEntry{}, err
 	}
 	d.setLocked(e)
-	return e
+	return e, nil
 }
 
-// Update stores several entries atomically.
-func (d *Dict) Update(es []DictEntry) {
+// Update stores several entries atomically: all of them, or none when a
+// byte limit would be passed (ErrLimit).
+func (d *Dict) Update(es []DictEntry) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if err := d.reserve(es); err != nil {
+		return err
+	}
 	for _, e := range es {
 		d.setLocked(e)
 	}
+	return nil
 }
 
 // Delete removes key and returns its entry.
@@ -101,6 +145,8 @@ func (d *Dict) deleteLocked(key []byte) (DictEntry, bool) {
 	d.order.Remove(el)
 	delete(d.entries, string(key))
 	d.bytes -= int64(len(e.Key) + len(e.KeyP) + len(e.Value))
+	d.held -= EntryCost(*e)
+	d.lim.release(EntryCost(*e))
 	return *e, true
 }
 
@@ -156,6 +202,8 @@ func (d *Dict) Clear() {
 	d.entries = make(map[string]*list.Element)
 	d.order.Init()
 	d.bytes = 0
+	d.lim.release(d.held)
+	d.held = 0
 }
 
 // Snapshot returns every entry in insertion order.
@@ -179,6 +227,8 @@ func (d *Dict) Describe() (string, int) {
 func (d *Dict) fail(err error) {
 	d.mu.Lock()
 	d.dead = err
+	d.lim.release(d.held) // a deleted dict's entries are garbage
+	d.held = 0
 	d.mu.Unlock()
 }
 
@@ -190,6 +240,34 @@ type List struct {
 	base
 	items   [][]byte
 	version uint64
+	lim     *byteLimits // nil: no byte limits
+	held    int64       // counted bytes (ItemCost of every item)
+}
+
+// adjust charges (or gives back) delta counted bytes; call under l.mu. On
+// error nothing is charged.
+func (l *List) adjust(delta int64) error {
+	if delta < 0 {
+		l.held += delta
+		l.lim.release(-delta)
+		return nil
+	}
+	if l.dead != nil {
+		return l.dead
+	}
+	if err := l.lim.charge(l.held, delta); err != nil {
+		return err
+	}
+	l.held += delta
+	return nil
+}
+
+func itemsCost(vs [][]byte) int64 {
+	var n int64
+	for _, v := range vs {
+		n += ItemCost(v)
+	}
+	return n
 }
 
 func newList(name string) *List { return &List{base: base{name: name}} }
@@ -227,6 +305,9 @@ func (l *List) SetItem(i int64, v []byte) error {
 	if err != nil {
 		return err
 	}
+	if err := l.adjust(int64(len(v) - len(l.items[p]))); err != nil {
+		return err
+	}
 	l.items[p] = v
 	l.version++
 	return nil
@@ -252,21 +333,29 @@ func (l *List) Pop(i int64) ([]byte, error) {
 	v := l.items[p]
 	l.items = append(l.items[:p], l.items[p+1:]...)
 	l.version++
+	_ = l.adjust(-ItemCost(v))
 	return v, nil
 }
 
-// Extend appends items.
-func (l *List) Extend(vs ...[]byte) {
+// Extend appends items: all of them, or none over a byte limit (ErrLimit).
+func (l *List) Extend(vs ...[]byte) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if err := l.adjust(itemsCost(vs)); err != nil {
+		return err
+	}
 	l.items = append(l.items, vs...)
 	l.version++
+	return nil
 }
 
 // Insert inserts v before position i (clamped, as list.insert).
-func (l *List) Insert(i int64, v []byte) {
+func (l *List) Insert(i int64, v []byte) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if err := l.adjust(ItemCost(v)); err != nil {
+		return err
+	}
 	n := int64(len(l.items))
 	if i < 0 {
 		i = max(i+n, 0)
@@ -276,6 +365,7 @@ func (l *List) Insert(i int64, v []byte) {
 	copy(l.items[i+1:], l.items[i:])
 	l.items[i] = v
 	l.version++
+	return nil
 }
 
 // Index returns the position of the first item equal to v (by bytes).
@@ -306,6 +396,7 @@ func (l *List) Remove(v []byte) error {
 		if bytes.Equal(x, v) {
 			l.items = append(l.items[:i], l.items[i+1:]...)
 			l.version++
+			_ = l.adjust(-ItemCost(x))
 			return nil
 		}
 	}
@@ -341,16 +432,20 @@ func (l *List) Snapshot() ([][]byte, uint64) {
 }
 
 // Replace sets all items if the list is still at version (or always when
-// version is nil). It reports whether it replaced.
-func (l *List) Replace(items [][]byte, version *uint64) bool {
+// version is nil). It reports whether it replaced; over a byte limit it
+// fails with ErrLimit and leaves the list as it was.
+func (l *List) Replace(items [][]byte, version *uint64) (bool, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if version != nil && *version != l.version {
-		return false
+		return false, nil
+	}
+	if err := l.adjust(itemsCost(items) - l.held); err != nil {
+		return false, err
 	}
 	l.items = items
 	l.version++
-	return true
+	return true, nil
 }
 
 // Describe implements Object.
@@ -363,5 +458,7 @@ func (l *List) Describe() (string, int) {
 func (l *List) fail(err error) {
 	l.mu.Lock()
 	l.dead = err
+	l.lim.release(l.held) // a deleted list's items are garbage
+	l.held = 0
 	l.mu.Unlock()
 }

@@ -47,6 +47,13 @@ func (l *Lock) AcquireGrant(ctx context.Context, s *Session, tid int64, block bo
 	}
 	w := newWaiter(s, tid)
 	l.waiters.push(w)
+	// The push set the daemon-waiters bit; a fast-path holder may have freed
+	// the word by CAS between the failed take and that bit. Look again.
+	if l.waiters.len() == 1 && l.take(s, tid) {
+		l.waiters.remove(w)
+		l.mu.Unlock()
+		return Grant{obj: l, sess: s, tid: tid, ok: true}, nil
+	}
 	ok, err := l.park(ctx, &l.waiters, w, timeout)
 	if !ok {
 		return Grant{}, err
@@ -164,9 +171,8 @@ func (r *RLock) AcquireGrant(ctx context.Context, s *Session, tid int64, block b
 	}
 	slot, otid, depth := r.st.Owner()
 	switch {
-	case depth == 0:
-		r.take(s, tid, 1)
-	case slot == s.Slot() && otid == tid:
+	case depth == 0 && r.tryTake(s, tid):
+	case depth > 0 && slot == s.Slot() && otid == tid:
 		r.st.Set(slot, tid, depth+1)
 	case !block || timeout == 0:
 		r.mu.Unlock()
@@ -174,6 +180,13 @@ func (r *RLock) AcquireGrant(ctx context.Context, s *Session, tid int64, block b
 	default:
 		w := newWaiter(s, tid)
 		r.waiters.push(w)
+		// As for Lock: a fast-path owner may have freed the word before the
+		// push set the daemon-waiters bit.
+		if r.waiters.len() == 1 && r.tryTake(s, tid) {
+			r.waiters.remove(w)
+			r.mu.Unlock()
+			return Grant{obj: r, sess: s, tid: tid, ok: true}, nil
+		}
 		ok, err := r.park(ctx, &r.waiters, w, timeout)
 		if !ok {
 			return Grant{}, err
@@ -189,6 +202,17 @@ func (r *RLock) Acquire(ctx context.Context, s *Session, tid int64, block bool, 
 	g, err := r.AcquireGrant(ctx, s, tid, block, timeout)
 	g.Commit()
 	return g.OK(), err
+}
+
+// tryTake makes (s, tid) the owner if the word is free, by compare-and-swap:
+// a fast-path client may take it at the same moment.
+func (r *RLock) tryTake(s *Session, tid int64) bool {
+	if !r.st.TryTake(s.Slot(), tid) {
+		return false
+	}
+	r.holder = s
+	s.hold(r)
+	return true
 }
 
 func (r *RLock) take(s *Session, tid int64, n int64) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/syncmgr/syncmgr/wire"
@@ -64,12 +65,19 @@ type Config struct {
 	// ShareGrace is how long an anonymous object that was shared (e.g.
 	// pickled) outlives its last reference.
 	ShareGrace time.Duration
-	// MaxObjectsPerSession caps the live objects one session has created.
+	// MaxObjectsPerSession caps the live objects one client has created:
+	// one peer (see OpenSessionFrom) over all its sessions, so reconnecting
+	// does not reset the count. Sessions without a peer count alone.
 	MaxObjectsPerSession int
 	// MaxObjects caps the objects in the manager.
 	MaxObjects int
 	// MaxQueue caps a queue's maxsize.
 	MaxQueue int64
+	// MaxObjectBytes caps the bytes one queue (items and waiting putters'
+	// items), dict or list holds, counted with ItemCost; <= 0 for none.
+	MaxObjectBytes int64
+	// MaxBytes caps those bytes summed over the whole manager; <= 0 for none.
+	MaxBytes int64
 	// OnHoldEnd, when set, is called each time a session stops holding an
 	// object (its last unit of it released), with the object's mutex held:
 	// it must not block or call into the manager.
@@ -91,7 +99,8 @@ type HoldEnd struct {
 
 // DefaultConfig returns the daemon's default limits.
 func DefaultConfig() Config {
-	return Config{ShareGrace: 10 * time.Minute, MaxObjectsPerSession: 262144, MaxObjects: 4 << 20, MaxQueue: 1_000_000}
+	return Config{ShareGrace: 10 * time.Minute, MaxObjectsPerSession: 262144, MaxObjects: 4 << 20, MaxQueue: 1_000_000,
+		MaxObjectBytes: 1 << 30, MaxBytes: 4 << 30}
 }
 
 type entry struct {
@@ -101,7 +110,16 @@ type entry struct {
 	shared  bool // handed to another process: linger for ShareGrace
 	grace   *time.Timer
 	graceN  uint64 // counts grace periods, so a stale timer knows it is stale
-	creator *Session
+	creator *peer  // whose object count it is in; nil for none
+}
+
+// peer is one client as the transport identifies it (a process on this
+// host, a source address over TCP), over all its sessions. It counts the
+// live objects its sessions created. Guarded by Manager.mu.
+type peer struct {
+	key      string // "" for a session's private peer (not in Manager.peers)
+	created  int
+	sessions int
 }
 
 // Manager is the registry of named objects and live sessions.
@@ -109,18 +127,21 @@ type Manager struct {
 	cfg Config
 
 	slots *Slots
+	bytes *byteLimits
 
 	mu       sync.RWMutex
 	objects  map[string]*entry
 	sessions map[uint64]*Session
 	byKey    map[string]*Session
+	peers    map[string]*peer
 	nextID   uint64
 	closed   bool
+	fast     *fastPath // nil: no fast path (see fastpath.go)
 }
 
 // New returns an empty manager.
 func New(cfg Config) *Manager {
-	return &Manager{cfg: cfg, slots: NewSlots(), objects: make(map[string]*entry), sessions: make(map[uint64]*Session), byKey: make(map[string]*Session)}
+	return &Manager{cfg: cfg, slots: NewSlots(), bytes: &byteLimits{perObject: cfg.MaxObjectBytes, total: cfg.MaxBytes}, objects: make(map[string]*entry), sessions: make(map[uint64]*Session), byKey: make(map[string]*Session), peers: make(map[string]*peer)}
 }
 
 // Slots returns the manager's slot allocator.
@@ -138,10 +159,14 @@ type Session struct {
 	slot  Slot
 
 	// guarded by Manager.mu
-	conns   int
-	refs    map[string]int
-	created int
-	ended   bool
+	conns int
+	refs  map[string]int
+	peer  *peer
+	ended bool
+
+	// Parked counts the session's requests a transport holds waiting (over
+	// all its connections), for the transport's per-session cap.
+	Parked atomic.Int64
 
 	mu        sync.Mutex // leaf lock: taken inside object mutexes
 	holds     map[holder]int
@@ -242,7 +267,17 @@ func (s *Session) Holds() int {
 
 // OpenSession registers a connection. Connections presenting the same
 // non-empty key share one session; an empty key makes a session of its own.
+// The session counts its objects on its own (see OpenSessionFrom).
 func (m *Manager) OpenSession(key []byte, pid int, label string) (*Session, error) {
+	return m.OpenSessionFrom("", key, pid, label)
+}
+
+// OpenSessionFrom is OpenSession for a connection from peerKey, the
+// transport's name for the client (its uid and pid on a Unix socket, its
+// source address over TCP): every session of one peer shares its object
+// count (Config.MaxObjectsPerSession), so a client that reconnects finds
+// its objects still counted. An empty peerKey counts the session alone.
+func (m *Manager) OpenSessionFrom(peerKey string, key []byte, pid int, label string) (*Session, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -263,8 +298,16 @@ func (m *Manager) OpenSession(key []byte, pid int, label string) (*Session, erro
 	if !ok {
 		return nil, fmt.Errorf("%w: no free session slot", ErrLimit)
 	}
+	p := m.peers[peerKey]
+	if p == nil {
+		p = &peer{key: peerKey}
+		if peerKey != "" {
+			m.peers[peerKey] = p
+		}
+	}
+	p.sessions++
 	m.nextID++
-	s := &Session{ID: m.nextID, PID: pid, Label: label, key: string(key), slot: slot, conns: 1,
+	s := &Session{ID: m.nextID, PID: pid, Label: label, key: string(key), slot: slot, conns: 1, peer: p,
 		refs: make(map[string]int), holds: make(map[holder]int), holdSince: make(map[holder]time.Time), onHoldEnd: m.cfg.OnHoldEnd, onEnd: []func(){}, done: make(chan struct{})}
 	m.sessions[s.ID] = s
 	if len(key) > 0 {
@@ -286,6 +329,8 @@ func (m *Manager) CloseSession(s *Session) {
 		return
 	}
 	s.ended = true
+	s.peer.sessions--
+	m.forgetPeerLocked(s.peer)
 	delete(m.sessions, s.ID)
 	if s.key != "" {
 		delete(m.byKey, s.key)
@@ -358,12 +403,21 @@ func (m *Manager) collectAfterGrace(name string, e *entry, n uint64) {
 
 func (m *Manager) removeLocked(name string, e *entry) {
 	delete(m.objects, name)
+	m.unbindFast(e.obj)
 	if e.grace != nil {
 		e.grace.Stop()
 		e.grace = nil
 	}
-	if e.creator != nil && !e.creator.ended {
+	if e.creator != nil {
 		e.creator.created--
+		m.forgetPeerLocked(e.creator)
+	}
+}
+
+// forgetPeerLocked drops a peer with no session and no object left.
+func (m *Manager) forgetPeerLocked(p *peer) {
+	if p.sessions == 0 && p.created == 0 && p.key != "" && m.peers[p.key] == p {
+		delete(m.peers, p.key)
 	}
 }
 
@@ -404,18 +458,20 @@ func (m *Manager) Create(s *Session, kind Kind, name string, p Params) (obj Obje
 	if m.cfg.MaxObjects > 0 && len(m.objects) >= m.cfg.MaxObjects {
 		return nil, false, fmt.Errorf("%w: the server holds %d objects (--max-objects)", ErrLimit, m.cfg.MaxObjects)
 	}
-	if s != nil && m.cfg.MaxObjectsPerSession > 0 && s.created >= m.cfg.MaxObjectsPerSession {
-		return nil, false, fmt.Errorf("%w: this client has created %d objects (--max-objects-per-client)", ErrLimit, s.created)
+	if s != nil && m.cfg.MaxObjectsPerSession > 0 && s.peer.created >= m.cfg.MaxObjectsPerSession {
+		return nil, false, fmt.Errorf("%w: this client has %d live objects it created (--max-objects-per-client)", ErrLimit, s.peer.created)
 	}
-	e = &entry{obj: obj, anon: anon, creator: s}
+	e = &entry{obj: obj, anon: anon}
 	if s != nil {
-		s.created++
+		e.creator = s.peer
+		s.peer.created++
 		if anon {
 			e.refs = 1
 			s.refs[name]++
 		}
 	}
 	m.objects[name] = e
+	m.bindFast(obj)
 	return obj, true, nil
 }
 
@@ -435,12 +491,15 @@ func (m *Manager) newObject(kind Kind, name string, p Params) (Object, error) {
 		if m.cfg.MaxQueue > 0 && p.MaxSize > m.cfg.MaxQueue {
 			return nil, fmt.Errorf("%w: maxsize %d is over the server's limit of %d (--max-queue)", ErrValue, p.MaxSize, m.cfg.MaxQueue)
 		}
-		return newQueue(name, p.MaxSize), nil
+		q := newQueue(name, p.MaxSize)
+		q.lim = m.bytes
+		return q, nil
 	case KindJoinableQueue:
 		if m.cfg.MaxQueue > 0 && p.MaxSize > m.cfg.MaxQueue {
 			return nil, fmt.Errorf("%w: maxsize %d is over the server's limit of %d (--max-queue)", ErrValue, p.MaxSize, m.cfg.MaxQueue)
 		}
 		q := newQueue(name, p.MaxSize)
+		q.lim = m.bytes
 		q.joinable = true
 		return q, nil
 	case KindCondition:
@@ -460,9 +519,13 @@ func (m *Manager) newObject(kind Kind, name string, p Params) (Object, error) {
 	case KindBarrier:
 		return newBarrier(name, p.Parties, p.Action, p.Timeout)
 	case KindDict, KindNamespace:
-		return newDict(name, kind), nil
+		d := newDict(name, kind)
+		d.lim = m.bytes
+		return d, nil
 	case KindList:
-		return newList(name), nil
+		l := newList(name)
+		l.lim = m.bytes
+		return l, nil
 	default:
 		return nil, fmt.Errorf("%w %q", ErrUnknownKind, kind)
 	}

@@ -18,6 +18,8 @@ type Queue struct {
 	maxsize    int64 // <= 0: unbounded
 	items      list.List
 	bytes      int64
+	lim        *byteLimits // nil: no byte limits
+	held       int64       // counted bytes of items and waiting putters' items
 	getters    waitQueue
 	putters    waitQueue // each carries the item it wants to put
 }
@@ -100,7 +102,24 @@ func (q *Queue) popFront() []byte {
 	q.items.Remove(e)
 	item := e.Value.([]byte)
 	q.bytes -= int64(len(item))
+	q.uncharge(ItemCost(item))
 	return item
+}
+
+// charge counts n more bytes held by q (an item stored or a putter's item
+// waiting); over a limit it fails and counts nothing. Called under q.mu.
+func (q *Queue) charge(n int64) error {
+	if err := q.lim.charge(q.held, n); err != nil {
+		return err
+	}
+	q.held += n
+	return nil
+}
+
+// uncharge gives back n counted bytes; called under q.mu.
+func (q *Queue) uncharge(n int64) {
+	q.held -= n
+	q.lim.release(n)
 }
 
 // Put is PutGrant committed at once.
@@ -134,6 +153,10 @@ func (q *Queue) put(ctx context.Context, item []byte, block bool, timeout time.D
 		return nil
 	}
 	if !q.full() && q.putters.len() == 0 {
+		if err := q.charge(ItemCost(item)); err != nil {
+			q.mu.Unlock()
+			return err
+		}
 		q.pushBack(item)
 		q.accepted()
 		q.mu.Unlock()
@@ -143,10 +166,24 @@ func (q *Queue) put(ctx context.Context, item []byte, block bool, timeout time.D
 		q.mu.Unlock()
 		return ErrFull
 	}
+	// A waiting putter's item is held too: counted now, given back if the
+	// put does not happen.
+	cost := ItemCost(item)
+	if err := q.charge(cost); err != nil {
+		q.mu.Unlock()
+		return err
+	}
 	w := newWaiter(nil, 0)
 	w.item = item
 	q.putters.push(w)
 	ok, err := q.park(ctx, &q.putters, w, timeout)
+	if !ok {
+		q.mu.Lock()
+		if q.dead == nil { // fail gave back everything held
+			q.uncharge(cost)
+		}
+		q.mu.Unlock()
+	}
 	switch {
 	case ok: // the item is in, also when the grant raced with ctx
 		return nil
@@ -232,6 +269,8 @@ func (q *Queue) Unget(item []byte) error {
 	}
 	q.items.PushFront(item)
 	q.bytes += int64(len(item))
+	q.held += ItemCost(item)
+	q.lim.force(ItemCost(item)) // an undo must not fail on a limit
 	return nil
 }
 
@@ -264,6 +303,7 @@ func (q *Queue) fail(err error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.dead = err
+	q.uncharge(q.held)
 	q.getters.failAll(err)
 	q.putters.failAll(err)
 	q.joiners.failAll(err)

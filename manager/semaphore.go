@@ -34,7 +34,8 @@ func newSemaphore(name string, value int64, bounded bool) (*Semaphore, error) {
 	}
 	m := &Semaphore{base: base{name: name}, initial: value, bounded: bounded, held: make(map[Slot]semHold)}
 	m.st.Add(value)
-	m.waiters.word = &m.st.W0
+	// No waiters bit: a semaphore's word is never shared (its units are
+	// owned per session, which one word cannot record), and bit 30 counts.
 	return m, nil
 }
 

@@ -1,6 +1,10 @@
 package manager
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/syncmgr/syncmgr/statemem"
+)
 
 // Slot is a session's compact id: a small integer that state words (see
 // state.go) store as an owner. 0 means "nobody". A slot is reused only
@@ -8,8 +12,9 @@ import "sync"
 // dropped, so a word that still names a slot never names a newer session.
 type Slot uint32
 
-// MaxSlot is the largest slot id (owner fields are 32 bits wide).
-const MaxSlot Slot = 1<<32 - 1
+// MaxSlot is the largest slot id (owner fields are 29 bits wide, so that a
+// word's owner, flags and futex value share its low 32 bits).
+const MaxSlot = Slot(statemem.MaxSlot)
 
 // Slots allocates slot ids: the lowest free id first, so ids stay small.
 type Slots struct {

@@ -3,6 +3,8 @@ package manager
 import (
 	"math"
 	"sync/atomic"
+
+	"github.com/syncmgr/syncmgr/statemem"
 )
 
 // This file holds the state words of the objects whose state is small enough
@@ -17,56 +19,62 @@ import (
 // read and written with sync/atomic, so a reader outside the mutex (Event's
 // IsSet) and, later, a process mapping the word sees a consistent value.
 //
-// Intended shared-memory layout (each word a uint64, 8-byte aligned, native
-// byte order, in a daemon-owned segment; a slot id is a session's Slot, 0
-// meaning "nobody"):
+// Shared-memory layout: see statemem/layout.go and docs/protocol.md
+// ("Same-host fast path"). The bits of a state word:
 //
-//	Lock             w0: bits 0-31 owner slot (0 = unlocked)
-//	                     bit  32   waiters (someone is parked in the daemon)
-//	                 w1: owner's thread id (informational; any thread may release)
-//	RLock            w0: bits 0-31 owner slot (0 = unlocked)
-//	                     bit  32   waiters
-//	                     bits 33-63 recursion depth
-//	                 w1: owner's thread id (written by the owner after it took
-//	                     w0, cleared before it frees w0)
-//	Semaphore,       w0: bits 0-31 free units
-//	BoundedSemaphore     bit  32   waiters
-//	                 (the initial value, the bound, is constant: in the header)
-//	Event            w0: bit  0    flag
-//	                     bits 1-31 generation, bumped by every set (a futex
-//	                               waiter wakes on any change of the word)
-//	                     bit  32   waiters
-//	Value            w0: sequence number, odd while a writer is in (seqlock)
-//	                 w1: the value's 8 bytes: int64, uint64, float64 bits, or
-//	                     0/1 for '?'. Typecodes 'c' and 'O' (bytes) have no
-//	                     cell and stay in daemon memory.
+//	Lock             W0: bits 0-28 owner slot (0 = unlocked)
+//	                 TID: owner's thread id (informational; any thread may release)
+//	RLock            W0: bits 0-28 owner slot, bits 32-63 recursion depth
+//	                 TID: owner's thread id (cleared before the owner changes)
+//	Event            W0: bit 0 flag, bits 1-28 generation (bumped by every set)
+//	every kind above W0: bit 29 futex sleepers (statemem.BitWaiters),
+//	                     bit 30 the daemon has waiters queued (statemem.BitDaemon)
+//	Semaphore        W0: bits 0-31 free units (never shared: its units are
+//	                     owned per session, which a word cannot record)
+//	Value            Bits: the value's 8 bytes (int64, uint64, float64 bits,
+//	                     0/1 for '?'), changed only by atomic store or CAS.
+//	                     Typecodes 'c' and 'O' have no cell.
 //
-// A fast-path client changes a word with one compare-and-swap when the
-// waiters bit is clear; when it is set, or the CAS cannot succeed without
-// waiting, it goes through the daemon (which parks waiters and sets the bit).
+// A fast-path client changes a word with one compare-and-swap while the
+// daemon bit is clear, and sleeps on it with a futex; with the bit set it
+// sends the op to the daemon, which parks waiters FIFO as for any client.
+// Whoever frees a word that has the futex-sleepers bit wakes the sleepers.
 // The daemon releases words naming a slot when that session ends (see
 // Session.OnEnd and Slots.Pin).
 
 // Word is one 64-bit state word. Its storage is either its own field (the
 // default) or, once Bind is called, a word elsewhere (a shared mapping).
 type Word struct {
-	p *uint64
+	p atomic.Pointer[uint64]
 	v uint64
 }
 
 func (w *Word) ptr() *uint64 {
-	if w.p != nil {
-		return w.p
+	if p := w.p.Load(); p != nil {
+		return p
 	}
 	return &w.v
 }
 
 // Bind makes w use the word at p from now on, copying its current value
-// there. It must be called before w is shared, under the object's mutex.
+// there. Call it under the object's mutex, before clients can see p.
 func (w *Word) Bind(p *uint64) {
 	atomic.StoreUint64(p, w.Load())
-	w.p = p
+	w.p.Store(p)
 }
+
+// Unbind copies the shared word back into w's own field and stops using
+// it, so that the shared word can be given to another object. Call it under
+// the object's mutex, after clients have been sent to the daemon.
+func (w *Word) Unbind() {
+	if p := w.p.Load(); p != nil {
+		atomic.StoreUint64(&w.v, atomic.LoadUint64(p))
+		w.p.Store(nil)
+	}
+}
+
+// Bound reports whether w lives in shared memory.
+func (w *Word) Bound() bool { return w.p.Load() != nil }
 
 // Load reads the word.
 func (w *Word) Load() uint64 { return atomic.LoadUint64(w.ptr()) }
@@ -80,35 +88,49 @@ func (w *Word) CompareAndSwap(old, new uint64) bool {
 }
 
 // update applies f to the word with a CAS loop; under the object's mutex the
-// loop only retries when a fast-path client changed the word meanwhile.
-func (w *Word) update(f func(uint64) uint64) uint64 {
+// loop only retries when a fast-path client changed the word meanwhile. It
+// returns the old and the new word.
+func (w *Word) update(f func(uint64) uint64) (old, n uint64) {
 	for {
-		old := w.Load()
-		n := f(old)
+		old = w.Load()
+		n = f(old)
 		if w.CompareAndSwap(old, n) {
-			return n
+			return old, n
+		}
+	}
+}
+
+// wakeIf wakes the futex sleepers on a shared word when old had the
+// sleepers bit and n has not (the update that cleared it owes the wake).
+func (w *Word) wakeIf(old, n uint64) {
+	if old&sleepersBit != 0 && n&sleepersBit == 0 {
+		if p := w.p.Load(); p != nil {
+			statemem.WakeAll(p)
 		}
 	}
 }
 
 // Bit layout shared by the words above.
 const (
-	slotMask    = 1<<32 - 1
-	waitersBit  = 1 << 32
-	depthShift  = 33
-	eventFlag   = 1
-	eventGenOne = 1 << 1
-	eventGenMax = (1<<31 - 1) << 1
+	slotMask    = statemem.MaskLow
+	sleepersBit = statemem.BitWaiters
+	waitersBit  = statemem.BitDaemon // the daemon has waiters parked
+	depthShift  = statemem.DepthShift
+	eventFlag   = statemem.EventFlag
+	eventGenOne = statemem.EventGenOne
+	eventGenMax = statemem.EventGenMax
+	semMask     = 1<<32 - 1
 )
 
-// setWaiters sets or clears the waiters bit with a CAS loop.
+// setWaiters sets or clears the daemon-waiters bit with a CAS loop. Clearing
+// it also clears the sleepers bit and wakes the sleepers: they were waiting
+// for the daemon to let go of the word.
 func (w *Word) setWaiters(on bool) {
-	w.update(func(x uint64) uint64 {
-		if on {
-			return x | waitersBit
-		}
-		return x &^ waitersBit
-	})
+	if on {
+		w.update(func(x uint64) uint64 { return x | waitersBit })
+		return
+	}
+	w.wakeIf(w.update(func(x uint64) uint64 { return x &^ (waitersBit | sleepersBit) }))
 }
 
 // LockState is a Lock's state: the owner's slot and thread.
@@ -122,28 +144,31 @@ func (s *LockState) Owner() Slot { return Slot(s.W0.Load() & slotMask) }
 
 // TryTake sets the owner when the lock is free; it reports whether it did.
 func (s *LockState) TryTake(slot Slot, tid int64) bool {
-	old := s.W0.Load()
-	if old&slotMask != 0 {
-		return false
+	for { // a CAS fails only when a client changed the word meanwhile: look again
+		old := s.W0.Load()
+		if old&slotMask != 0 {
+			return false
+		}
+		if s.W0.CompareAndSwap(old, old|uint64(slot)) {
+			s.TID.Store(uint64(tid))
+			return true
+		}
 	}
-	if !s.W0.CompareAndSwap(old, old|uint64(slot)) {
-		return false
-	}
-	s.TID.Store(uint64(tid))
-	return true
 }
 
 // Transfer makes (slot, tid) the owner of a held lock, handing it from
 // the holder to a waiter without the word ever reading free.
 func (s *LockState) Transfer(slot Slot, tid int64) {
-	s.TID.Store(uint64(tid))
+	s.TID.Store(0)
 	s.W0.update(func(x uint64) uint64 { return x&^slotMask | uint64(slot) })
+	s.TID.Store(uint64(tid))
 }
 
 // Free clears the owner, keeping the waiters bit.
+// Sleepers on the word are woken.
 func (s *LockState) Free() {
 	s.TID.Store(0)
-	s.W0.update(func(x uint64) uint64 { return x &^ slotMask })
+	s.W0.wakeIf(s.W0.update(func(x uint64) uint64 { return x &^ (slotMask | sleepersBit) }))
 }
 
 // RLockState is an RLock's state: owner slot and thread, and the depth.
@@ -158,15 +183,36 @@ func (s *RLockState) Owner() (slot Slot, tid int64, depth int64) {
 	return Slot(x & slotMask), int64(s.TID.Load()), int64(x >> depthShift)
 }
 
-// Set makes (slot, tid) the owner at depth; depth 0 frees the lock.
+// TryTake makes (slot, tid) the owner at depth 1 if the lock is free, by
+// compare-and-swap, and reports whether it did.
+func (s *RLockState) TryTake(slot Slot, tid int64) bool {
+	for {
+		old := s.W0.Load()
+		if old&slotMask != 0 {
+			return false
+		}
+		if s.W0.CompareAndSwap(old, old&(waitersBit|sleepersBit)|uint64(slot)|1<<depthShift) {
+			s.TID.Store(uint64(tid))
+			return true
+		}
+	}
+}
+
+// Set makes (slot, tid) the owner at depth; depth 0 frees the lock and
+// wakes its sleepers. The thread id is cleared while the owner changes, so
+// that a thread of the new owner's process never reads its own id beside
+// the slot before it is the owner.
 func (s *RLockState) Set(slot Slot, tid int64, depth int64) {
 	if depth == 0 {
 		s.TID.Store(0)
-		s.W0.update(func(x uint64) uint64 { return x & waitersBit })
+		s.W0.wakeIf(s.W0.update(func(x uint64) uint64 { return x & waitersBit }))
 		return
 	}
+	if cur := s.W0.Load(); Slot(cur&slotMask) != slot || int64(s.TID.Load()) != tid {
+		s.TID.Store(0)
+	}
 	s.W0.update(func(x uint64) uint64 {
-		return x&waitersBit | uint64(slot) | uint64(depth)<<depthShift
+		return x&(waitersBit|sleepersBit) | uint64(slot) | uint64(depth)<<depthShift
 	})
 	s.TID.Store(uint64(tid))
 }
@@ -177,12 +223,12 @@ type SemState struct {
 }
 
 // Free returns the number of free units.
-func (s *SemState) Free() int64 { return int64(s.W0.Load() & slotMask) }
+func (s *SemState) Free() int64 { return int64(s.W0.Load() & semMask) }
 
 // Add adds d (possibly negative) to the free units.
 func (s *SemState) Add(d int64) {
 	s.W0.update(func(x uint64) uint64 {
-		return x&waitersBit | uint64(int64(x&slotMask)+d)&slotMask
+		return uint64(int64(x&semMask)+d) & semMask
 	})
 }
 
@@ -196,10 +242,13 @@ func (s *EventState) IsSet() bool { return s.W0.Load()&eventFlag != 0 }
 
 // Set raises the flag and bumps the generation.
 func (s *EventState) Set() {
-	s.W0.update(func(x uint64) uint64 {
+	s.W0.wakeIf(s.W0.update(func(x uint64) uint64 {
+		if x&eventFlag != 0 {
+			return x // set already: no new generation, nobody asleep
+		}
 		gen := (x&eventGenMax + eventGenOne) & eventGenMax
 		return x&waitersBit | gen | eventFlag
-	})
+	}))
 }
 
 // Clear lowers the flag.

@@ -24,17 +24,20 @@ var typecodes = map[string]typecode{
 // and compare-and-set for numeric typecodes. It holds int64, uint64, float64,
 // bool or []byte according to its typecode.
 //
-// A numeric value (every typecode but 'c' and 'O') lives in a ValueCell;
-// the op semantics read and write it through load and store. The decoded
-// value is cached with the cell's sequence number, so a read allocates
-// nothing unless the cell changed underneath (a fast-path writer).
+// A numeric value (every typecode but 'c' and 'O') lives in a ValueCell,
+// which fast-path clients change by atomic store and compare-and-swap
+// without the daemon: the op semantics read it through load and change it
+// with store or a CAS loop (Add, CompareAndSet). The decoded value is cached
+// with the bits it came from, so a read allocates nothing unless the cell
+// changed.
 type Value struct {
 	base
-	code     string
-	tc       typecode
-	cell     ValueCell
-	cache    any    // the value; for 'c' and 'O' the only copy
-	cacheSeq uint64 // the cell's sequence number cache was read at
+	code      string
+	tc        typecode
+	cell      ValueCell
+	cache     any    // the value; for 'c' and 'O' the only copy
+	cacheBits uint64 // the cell's bits cache was decoded from
+	cached    bool
 }
 
 // numeric reports whether the value lives in the cell.
@@ -53,9 +56,9 @@ func (v *Value) load() any {
 	if !v.numeric() {
 		return v.cache
 	}
-	bits, seq := v.cell.Read()
-	if seq != v.cacheSeq {
-		v.cache, v.cacheSeq = fromBits(v.tc.class, bits), seq
+	bits := v.cell.Bits.Load()
+	if !v.cached || bits != v.cacheBits {
+		v.cache, v.cacheBits, v.cached = fromBits(v.tc.class, bits), bits, true
 	}
 	return v.cache
 }
@@ -63,7 +66,8 @@ func (v *Value) load() any {
 // store replaces the value (in canonical form); call with v.mu held.
 func (v *Value) store(x any) {
 	if v.numeric() {
-		v.cacheSeq = v.cell.Write(toBits(v.tc.class, x))
+		v.cacheBits, v.cached = toBits(v.tc.class, x), true
+		v.cell.Write(v.cacheBits)
 	}
 	v.cache = x
 }
@@ -215,10 +219,10 @@ func (v *Value) Set(x any) error {
 }
 
 // Add adds delta atomically and returns the new value. Integers wrap around
-// at their typecode's width, as C arithmetic does.
+// at their typecode's width, as C arithmetic does. The cell may be shared
+// with fast-path clients, so the change is a CAS loop on its bits.
 func (v *Value) Add(delta any) (any, error) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
+	var next func(old uint64) uint64
 	switch v.tc.class {
 	case 'i', 'u':
 		var d uint64
@@ -230,13 +234,7 @@ func (v *Value) Add(delta any) (any, error) {
 		default:
 			return nil, fmt.Errorf("%w: add to an integer value takes an integer delta", ErrType)
 		}
-		var cur uint64
-		if v.tc.class == 'i' {
-			cur = uint64(v.load().(int64))
-		} else {
-			cur = v.load().(uint64)
-		}
-		v.store(v.wrap(cur + d))
+		next = func(old uint64) uint64 { return toBits(v.tc.class, v.wrap(old+d)) }
 	case 'f':
 		var d float64
 		switch t := delta.(type) {
@@ -249,15 +247,26 @@ func (v *Value) Add(delta any) (any, error) {
 		default:
 			return nil, fmt.Errorf("%w: delta must be a number", ErrType)
 		}
-		f := v.load().(float64) + d
-		if v.tc.bits == 32 {
-			f = float64(float32(f))
+		next = func(old uint64) uint64 {
+			f := math.Float64frombits(old) + d
+			if v.tc.bits == 32 {
+				f = float64(float32(f))
+			}
+			return math.Float64bits(f)
 		}
-		v.store(f)
 	default:
 		return nil, fmt.Errorf("%w: add needs an integer or float typecode, not %q", ErrType, v.code)
 	}
-	return v.load(), nil
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for {
+		old := v.cell.Bits.Load()
+		n := next(old)
+		if v.cell.Bits.CompareAndSwap(old, n) {
+			v.cell.Seq.Store(v.cell.Seq.Load() + 2)
+			return fromBits(v.tc.class, n), nil
+		}
+	}
 }
 
 // wrap truncates n to the typecode's width and sign-extends signed codes.
@@ -285,11 +294,24 @@ func (v *Value) CompareAndSet(expected, next any) (bool, error) {
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if !equal(v.load(), e) {
-		return false, nil
+	if !v.numeric() {
+		if !equal(v.load(), e) {
+			return false, nil
+		}
+		v.store(n)
+		return true, nil
 	}
-	v.store(n)
-	return true, nil
+	nb := toBits(v.tc.class, n)
+	for {
+		old := v.cell.Bits.Load()
+		if !equal(fromBits(v.tc.class, old), e) {
+			return false, nil
+		}
+		if v.cell.Bits.CompareAndSwap(old, nb) {
+			v.cell.Seq.Store(v.cell.Seq.Load() + 2)
+			return true, nil
+		}
+	}
 }
 
 func equal(a, b any) bool {

@@ -39,7 +39,11 @@ var (
 	ErrBroken       = &wire.Error{Code: wire.CodeBroken}
 	ErrDeleted      = &wire.Error{Code: wire.CodeDeleted}
 	ErrCancelled    = &wire.Error{Code: wire.CodeCancelled}
-	ErrAuthFailed   = auth.ErrAuthFailed
+	ErrLimit        = &wire.Error{Code: wire.CodeLimit}
+	// ErrServerRestarted: the op named state got from an earlier run of
+	// the daemon (a lock acquired before it restarted); nothing was done.
+	ErrServerRestarted = &wire.Error{Code: wire.CodeServerRestarted}
+	ErrAuthFailed      = auth.ErrAuthFailed
 )
 
 // outcome is what a pending call receives: the daemon's reply, or the
@@ -57,6 +61,7 @@ type options struct {
 	session   []byte
 	label     string
 	serverUID *int
+	fast      bool
 }
 
 // WithServerUID accepts a Unix-socket server running as uid, besides our own
@@ -90,6 +95,9 @@ type Client struct {
 	nextID  uint64
 	err     error // set once the connection is dead
 	done    chan struct{}
+
+	fast    *fastPath // the same-host fast path (fastpath.go); nil: socket only
+	fastWhy string
 }
 
 // ParseAddress splits "tcp://host:port", "unix:///path" or a bare path into
@@ -149,6 +157,9 @@ func Dial(ctx context.Context, address string, key []byte, opts ...Option) (*Cli
 	_ = nc.SetDeadline(time.Time{})
 	c := &Client{nc: nc, info: info, pending: make(map[uint64]chan outcome), done: make(chan struct{})}
 	go c.readLoop()
+	if o.fast {
+		c.attachFast(ctx, network)
+	}
 	return c, nil
 }
 

@@ -14,6 +14,7 @@ type Handle struct {
 	kind string
 	name string
 	anon bool
+	fw   *fastWord // the object's words on the fast path; nil: socket only
 }
 
 // Name returns the object's name (generated for anonymous objects).
@@ -61,7 +62,9 @@ func (c *Client) create(ctx context.Context, kind, name string, kv ...any) (Hand
 	if !ok || got == "" {
 		return Handle{}, fmt.Errorf("syncmgr: create: unexpected reply %v", res)
 	}
-	return Handle{c: c, kind: kind, name: got, anon: name == ""}, nil
+	h := Handle{c: c, kind: kind, name: got, anon: name == ""}
+	h.fw = c.fastRef(ctx, h)
+	return h, nil
 }
 
 // timeoutArgs turns ctx's deadline into the server-side timeout, so a call

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/syncmgr/syncmgr/statemem"
 	"github.com/syncmgr/syncmgr/wire"
 )
 
@@ -49,8 +50,32 @@ func (m *Mutex) WithOwner(tid int64) *Mutex {
 	return &n
 }
 
+// fastAcquire tries the fast path; done false means "use the socket".
+func (m *Mutex) fastAcquire(ctx context.Context, wait bool, deadline time.Time) (ok, done bool, err error) {
+	if !m.fw.usable() {
+		return false, false, nil
+	}
+	r, err := m.fw.acquire(ctx, m.tid, wait, deadline)
+	switch {
+	case err != nil:
+		return false, true, err
+	case r == statemem.OK:
+		return true, true, nil
+	case r == statemem.Busy:
+		return false, true, nil
+	}
+	return false, false, nil
+}
+
 // Acquire blocks until acquired or ctx ends.
 func (m *Mutex) Acquire(ctx context.Context) error {
+	dl, _ := ctx.Deadline()
+	if ok, done, err := m.fastAcquire(ctx, true, dl); done {
+		if err == nil && !ok {
+			err = context.DeadlineExceeded
+		}
+		return err
+	}
 	res, err := m.call(ctx, wire.OpAcquire, m.undoAcquire, append([]any{wire.ArgTID, m.tid}, timeoutArgs(ctx)...)...)
 	if err != nil {
 		return err
@@ -66,12 +91,20 @@ func (m *Mutex) Acquire(ctx context.Context) error {
 
 // TryAcquire acquires without waiting; it reports whether it did.
 func (m *Mutex) TryAcquire(ctx context.Context) (bool, error) {
+	if ok, done, err := m.fastAcquire(ctx, false, time.Time{}); done {
+		return ok, err
+	}
 	res, err := m.call(ctx, wire.OpAcquire, m.undoAcquire, wire.ArgTID, m.tid, wire.ArgBlock, false)
 	return res == true, err
 }
 
 // AcquireTimeout waits at most d; it reports whether it acquired.
 func (m *Mutex) AcquireTimeout(ctx context.Context, d time.Duration) (bool, error) {
+	start := time.Now()
+	if ok, done, err := m.fastAcquire(ctx, d > 0, start.Add(d)); done {
+		return ok, err
+	}
+	d = max(d-time.Since(start), 0)
 	res, err := m.call(ctx, wire.OpAcquire, m.undoAcquire, wire.ArgTID, m.tid, wire.ArgTimeout, d.Seconds())
 	return res == true, err
 }
@@ -82,9 +115,18 @@ func (m *Mutex) undoAcquire(res any) {
 	}
 }
 
-// Release releases once.
+// Release releases once. It names the daemon run the client connected
+// to, so that a daemon restarted since then refuses it (server_restarted)
+// instead of releasing a lock someone else acquired after the restart.
 func (m *Mutex) Release(ctx context.Context) error {
-	_, err := m.call(ctx, wire.OpRelease, nil, wire.ArgTID, m.tid)
+	if m.fw.usable() && m.fw.release(m.tid) == statemem.OK {
+		return nil
+	}
+	kv := []any{wire.ArgTID, m.tid}
+	if run := m.c.info.RunID; run != "" {
+		kv = append(kv, wire.ArgRun, run)
+	}
+	_, err := m.call(ctx, wire.OpRelease, nil, kv...)
 	return err
 }
 
@@ -98,22 +140,71 @@ func (c *Client) Event(ctx context.Context, name string) (*Event, error) {
 }
 
 // Set sets the flag and wakes all waiters.
-func (e *Event) Set(ctx context.Context) error { _, err := e.call(ctx, wire.OpSet, nil); return err }
+func (e *Event) Set(ctx context.Context) error {
+	if e.fw.usable() && statemem.EventSet(e.fw.w) == statemem.OK {
+		return nil
+	}
+	_, err := e.call(ctx, wire.OpSet, nil)
+	return err
+}
 
 // Clear clears the flag.
 func (e *Event) Clear(ctx context.Context) error {
+	if e.fw.usable() {
+		statemem.EventClear(e.fw.w)
+		return nil
+	}
 	_, err := e.call(ctx, wire.OpClear, nil)
 	return err
 }
 
 // IsSet reports the flag.
 func (e *Event) IsSet(ctx context.Context) (bool, error) {
+	if e.fw.usable() {
+		return statemem.EventIsSet(e.fw.w), nil
+	}
 	res, err := e.call(ctx, wire.OpIsSet, nil)
 	return res == true, err
 }
 
+// fastWait waits on the word in bounded sleeps; done false means "use the
+// socket" (the connection is gone).
+func (e *Event) fastWait(ctx context.Context, deadline time.Time) (set, done bool, err error) {
+	if !e.fw.usable() {
+		return false, false, nil
+	}
+	gen := statemem.EventGen(e.fw.w)
+	for {
+		d := fastWait
+		if !deadline.IsZero() {
+			if left := time.Until(deadline); left < d {
+				d = max(left, 0)
+			}
+		}
+		if statemem.EventWaitSince(e.fw.w, gen, d) {
+			return true, true, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return false, true, err
+		}
+		if !deadline.IsZero() && !time.Now().Before(deadline) {
+			return false, true, nil
+		}
+		if !e.fw.usable() {
+			return false, false, nil
+		}
+	}
+}
+
 // Wait blocks until the flag is set or ctx ends.
 func (e *Event) Wait(ctx context.Context) error {
+	dl, _ := ctx.Deadline()
+	if set, done, err := e.fastWait(ctx, dl); done {
+		if err == nil && !set {
+			err = context.DeadlineExceeded
+		}
+		return err
+	}
 	res, err := e.call(ctx, wire.OpWait, nil, timeoutArgs(ctx)...)
 	if err != nil {
 		return err
@@ -126,6 +217,9 @@ func (e *Event) Wait(ctx context.Context) error {
 
 // WaitTimeout waits at most d and returns the flag.
 func (e *Event) WaitTimeout(ctx context.Context, d time.Duration) (bool, error) {
+	if set, done, err := e.fastWait(ctx, time.Now().Add(d)); done {
+		return set, err
+	}
 	res, err := e.call(ctx, wire.OpWait, nil, wire.ArgTimeout, d.Seconds())
 	return res == true, err
 }

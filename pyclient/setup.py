@@ -1,12 +1,26 @@
 """setuptools entry: metadata lives in pyproject.toml; the daemon build and
-the wheel's platform tag live in _daemon_build.py."""
+the wheel's platform tag live in _daemon_build.py. The optional C extension
+syncmgr._fastpath (the same-host fast path) is built here: without a C
+compiler (or off Linux) the install succeeds without it and the client uses
+the socket path for every object."""
 
 import os
 import sys
 
-from setuptools import setup
+from setuptools import Extension, setup
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _daemon_build import cmdclass  # noqa: E402
 
-setup(cmdclass=cmdclass)
+ext_modules = []
+if sys.platform.startswith("linux"):
+    ext_modules.append(
+        Extension(
+            "syncmgr._fastpath",
+            sources=["syncmgr/_fastpath.c"],
+            extra_compile_args=["-O2", "-Wall", "-Wextra"],
+            optional=True,
+        )
+    )
+
+setup(cmdclass=cmdclass, ext_modules=ext_modules)

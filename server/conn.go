@@ -27,6 +27,7 @@ type conn struct {
 	id   uint64
 	log  zerolog.Logger
 	sess *manager.Session
+	peer string // who the client is: "unix:uid:pid" or "tcp:address"; counted in srv.peerConns once set
 
 	ctx    context.Context // cancelled when the connection ends
 	cancel context.CancelFunc
@@ -112,7 +113,16 @@ func (c *conn) serve() {
 		c.countHandshakeFailure(err)
 		return
 	}
-	sess, err := c.srv.mgr.OpenSession(peer.Session, peer.PID, peer.Label)
+	// Only authenticated connections count against the peer's cap: an
+	// unauthenticated one must not use up a client's share (over TCP they
+	// may share a source address).
+	if !c.srv.reservePeer(c.peer) {
+		c.srv.cfg.Metrics.Refused(c.transport, "max_conns_per_client")
+		c.writeReply(0, wire.Errorf(wire.CodeLimit, "too many connections from this client (--max-conns-per-client)"), nil)
+		return
+	}
+	defer c.srv.releasePeer(c.peer)
+	sess, err := c.srv.mgr.OpenSessionFrom(c.peer, peer.Session, peer.PID, peer.Label)
 	if err != nil {
 		c.writeReply(0, toWire(err), nil)
 		return
@@ -138,9 +148,15 @@ func (c *conn) serve() {
 }
 
 func (c *conn) handshake() (*auth.Peer, error) {
-	if err := c.checkPeer(); err != nil {
+	key, err := c.checkPeer()
+	if err != nil {
 		c.log.Warn().Err(err).Msg("refused connection")
 		return nil, &refusal{"peer_uid", err}
+	}
+	c.peer = key
+	if c.srv.peerFull(key) { // refused before the challenge: it costs nothing
+		c.writeHandshakeError(wire.CodeLimit, "too many connections from this client (--max-conns-per-client)")
+		return nil, &refusal{"max_conns_per_client", errors.New("too many connections from this client")}
 	}
 	if c.srv.authed.Load() >= int64(c.srv.cfg.MaxConns) {
 		c.writeHandshakeError(wire.CodeLimit, "too many connections")
@@ -148,7 +164,7 @@ func (c *conn) handshake() (*auth.Peer, error) {
 	}
 	_ = c.nc.SetDeadline(time.Now().Add(c.srv.cfg.HandshakeTimeout))
 	peer, err := auth.Server(c.srv.adm.watch(c), auth.ServerConfig{Key: c.srv.cfg.Key, MaxFrame: c.srv.cfg.MaxFrame,
-		Server: "syncmgr " + Version, BootID: c.srv.bootID, PID: os.Getpid(), ConnID: c.id})
+		Server: "syncmgr " + Version, BootID: c.srv.bootID, PID: os.Getpid(), ConnID: c.id, RunID: c.srv.runID})
 	if err != nil {
 		var he *auth.HandshakeError
 		if errors.As(err, &he) && he.Code == wire.CodeAuthFailed {
@@ -197,31 +213,38 @@ func (c *conn) writeHandshakeError(code wire.Code, msg string) {
 	}
 }
 
-// checkPeer refuses Unix peers running as another user unless allowed.
-func (c *conn) checkPeer() error {
+// checkPeer names the client for per-client caps and refuses Unix peers
+// running as another user unless allowed. A Unix peer is its uid and pid
+// (SO_PEERCRED: reconnecting does not make a new client); a TCP peer is its
+// source address without the port.
+func (c *conn) checkPeer() (string, error) {
 	uc, ok := c.nc.(*net.UnixConn)
-	if !ok || c.srv.cfg.AllowOtherUsers {
-		return nil
+	if !ok {
+		addr := c.nc.RemoteAddr().String()
+		if host, _, err := net.SplitHostPort(addr); err == nil {
+			addr = host
+		}
+		return "tcp:" + addr, nil
 	}
 	raw, err := uc.SyscallConn()
 	if err != nil {
-		return err
+		return "", err
 	}
 	var cred *unix.Ucred
 	var cerr error
 	if err := raw.Control(func(fd uintptr) {
 		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 	}); err != nil {
-		return err
+		return "", err
 	}
 	if cerr != nil {
-		return cerr
+		return "", cerr
 	}
-	if uid := uint32(os.Getuid()); cred.Uid != uid && cred.Uid != 0 {
+	if uid := uint32(os.Getuid()); !c.srv.cfg.AllowOtherUsers && cred.Uid != uid && cred.Uid != 0 {
 		c.writeHandshakeError(wire.CodeAuthFailed, "peer runs as another user")
-		return errors.New("peer uid differs from the server's (see --allow-other-users)")
+		return "", errors.New("peer uid differs from the server's (see --allow-other-users)")
 	}
-	return nil
+	return fmt.Sprintf("unix:%d:%d", cred.Uid, cred.Pid), nil
 }
 
 func (c *conn) loop() {
@@ -236,7 +259,7 @@ func (c *conn) loop() {
 		}
 		var body []byte
 		if err == nil {
-			body, err = wire.ReadBody(br, n)
+			body, err = wire.ReadBodyAsItArrives(br, n)
 		}
 		if err != nil {
 			switch {
@@ -288,6 +311,13 @@ func (c *conn) skipOversized(br *bufio.Reader, n uint32) error {
 func (c *conn) dispatch(req *wire.Request) {
 	if c.srv.closing.Load() {
 		c.reply(req.ID, nil, manager.ErrShutdown)
+		return
+	}
+	if run, ok := req.Args[wire.ArgRun]; ok && run != c.srv.runID {
+		// State got under an earlier run is gone; acting on whatever now
+		// has the same name (a lock someone else holds) would be wrong.
+		c.reply(req.ID, nil, wire.Errorf(wire.CodeServerRestarted,
+			"the daemon restarted since this state was acquired (run %v, now %s); it was lost", run, c.srv.runID))
 		return
 	}
 	o, err := c.srv.ops.find(req)
@@ -399,12 +429,21 @@ func (c *conn) park(id uint64, wait waitFunc) error {
 			cancel()
 			return wire.Errorf(wire.CodeBadRequest, "request id %d is already in flight", id)
 		}
+	}
+	if n := c.sess.Parked.Add(1); n > c.srv.cfg.MaxParked {
+		c.sess.Parked.Add(-1)
+		c.pmu.Unlock()
+		cancel()
+		return fmt.Errorf("%w: this client has %d requests waiting (--max-parked)", manager.ErrLimit, n-1)
+	}
+	if id != 0 {
 		c.parked[id] = &parkedReq{cancel: cancel, label: label, since: time.Now()}
 	}
 	c.pwg.Add(1)
 	c.pmu.Unlock()
 	go func() {
 		defer c.pwg.Done()
+		defer c.sess.Parked.Add(-1)
 		res, g, err := wait(ctx)
 		c.pmu.Lock()
 		if id != 0 {

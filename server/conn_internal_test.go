@@ -26,6 +26,11 @@ func TestParkAfterDrainIsRefused(t *testing.T) {
 	defer b.Close()
 	c := srv.newConn(a)
 	defer c.close()
+	sess, err := srv.mgr.OpenSession(nil, 1, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.sess = sess
 
 	release := make(chan struct{})
 	wait := func(ctx context.Context) (any, manager.Grant, error) {

@@ -109,7 +109,7 @@ func opStatus(c *conn, _ uint64, a wire.Args) (any, error) {
 	nobj, nsess := c.srv.mgr.Count()
 	st := Stats{Version: Version, PID: osPID, Uptime: time.Since(c.srv.start).Seconds(),
 		Connections: c.srv.authed.Load(), Handshaking: int64(c.srv.adm.pendingCount()), Objects: nobj, Sessions: nsess,
-		BootID: c.srv.bootID, MaxFrame: c.srv.cfg.MaxFrame, ObjectsListed: len(objs), ObjectsOmmitted: nobj - len(objs),
+		BootID: c.srv.bootID, RunID: c.srv.runID, MaxFrame: c.srv.cfg.MaxFrame, ObjectsListed: len(objs), ObjectsOmmitted: nobj - len(objs),
 		Goroutines: runtime.NumGoroutine(), RSS: RSS()}
 	return map[string]any{"server": st, "objects": objs, "sessions": sess, "waiting": c.srv.waiting()}, nil
 }

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"bytes"
+
 	"github.com/syncmgr/syncmgr/manager"
 	"github.com/syncmgr/syncmgr/wire"
 )
@@ -21,15 +23,15 @@ func containerOps(t *opTable) {
 		if err != nil {
 			return nil, err
 		}
-		d.Set(e)
-		return nil, nil
+		return nil, d.Set(e)
 	}), nil)
 	t.objectOp(f, dictKinds, wire.OpSetDefault, dictOp(func(d *manager.Dict, a wire.Args) (any, error) {
 		e, err := dictEntry(a)
 		if err != nil {
 			return nil, err
 		}
-		return d.SetDefault(e).Value, nil
+		got, err := d.SetDefault(e)
+		return got.Value, err
 	}), nil)
 	t.objectOp(f, dictKinds, wire.OpDel, dictOp(func(d *manager.Dict, a wire.Args) (any, error) {
 		_, err := dictPop(d, a)
@@ -58,19 +60,19 @@ func containerOps(t *opTable) {
 		if err != nil {
 			return nil, err
 		}
-		var triples [][][]byte
-		if err := wire.Unmarshal(raw, &triples); err != nil { // checks declared sizes first
-			return nil, wire.Errorf(wire.CodeBadRequest, "items must be a msgpack array of [key, key_pickle, value] bins")
+		if err := d.Room(batchCost(raw)); err != nil { // refuse before decoding
+			return nil, err
 		}
-		es := make([]manager.DictEntry, len(triples))
-		for i, t := range triples {
-			if len(t) != 3 || t[0] == nil {
-				return nil, wire.Errorf(wire.CodeBadRequest, "item %d must be [key, key_pickle, value]", i)
-			}
-			es[i] = manager.DictEntry{Key: t[0], KeyP: t[1], Value: t[2]}
+		bins, err := wire.BinTuples(raw, 3)
+		if err != nil {
+			return nil, wire.Errorf(wire.CodeBadRequest, "items must be a msgpack array of [key, key_pickle, value] bins: %v", err)
 		}
-		d.Update(es)
-		return nil, nil
+		cloneAll(bins)
+		es := make([]manager.DictEntry, len(bins)/3)
+		for i := range es {
+			es[i] = manager.DictEntry{Key: bins[3*i], KeyP: bins[3*i+1], Value: bins[3*i+2]}
+		}
+		return nil, d.Update(es)
 	}), nil)
 	t.objectOp(f, dictKinds, wire.OpItems, dictOp(func(d *manager.Dict, a wire.Args) (any, error) {
 		snap := d.Snapshot()
@@ -119,16 +121,21 @@ func containerOps(t *opTable) {
 		if err != nil {
 			return nil, err
 		}
-		l.Extend(v)
-		return nil, nil
+		return nil, l.Extend(v)
 	}), nil)
 	t.objectOp(f, list, wire.OpExtend, listOp(func(l *manager.List, a wire.Args) (any, error) {
+		raw, err := a.Bytes(wire.ArgItems)
+		if err != nil {
+			return nil, err
+		}
+		if err := l.Room(batchCost(raw)); err != nil { // refuse before decoding
+			return nil, err
+		}
 		items, err := binList(a)
 		if err != nil {
 			return nil, err
 		}
-		l.Extend(items...)
-		return nil, nil
+		return nil, l.Extend(items...)
 	}), nil)
 	t.objectOp(f, list, wire.OpInsert, listOp(func(l *manager.List, a wire.Args) (any, error) {
 		i, err := a.Int(wire.ArgIndex, 0)
@@ -139,8 +146,7 @@ func containerOps(t *opTable) {
 		if err != nil {
 			return nil, err
 		}
-		l.Insert(i, v)
-		return nil, nil
+		return nil, l.Insert(i, v)
 	}), nil)
 	t.objectOp(f, list, wire.OpRemove, listOp(func(l *manager.List, a wire.Args) (any, error) {
 		v, err := a.Bytes(wire.ArgValue)
@@ -181,7 +187,7 @@ func containerOps(t *opTable) {
 			}
 			version = &v
 		}
-		return l.Replace(items, version), nil
+		return l.Replace(items, version)
 	}), nil)
 }
 
@@ -202,8 +208,21 @@ func dictEntry(a wire.Args) (manager.DictEntry, error) {
 	if e.KeyP, err = a.Bytes(wire.ArgKeyP); err != nil {
 		return e, err
 	}
+	// The key outlives any value later stored under it: copied, it does not
+	// keep this request's frame (and the value in it) alive after a
+	// replacement. The value stays a slice of the frame, which it nearly fills.
+	e.Key, e.KeyP = bytes.Clone(e.Key), bytes.Clone(e.KeyP)
 	e.Value, err = a.Bytes(wire.ArgValue)
 	return e, err
+}
+
+// cloneAll copies each bin out of the frame it was decoded from. Items of a
+// batch are stored and removed one by one, so a slice of the frame kept by
+// one small survivor would keep the whole frame alive, uncounted.
+func cloneAll(bins [][]byte) {
+	for i, b := range bins {
+		bins[i] = bytes.Clone(b)
+	}
 }
 
 func dictPop(d *manager.Dict, a wire.Args) (any, error) {
@@ -214,6 +233,16 @@ func dictPop(d *manager.Dict, a wire.Args) (any, error) {
 	return d.Pop(key)
 }
 
+// batchCost is at least what storing the items of raw (a msgpack array)
+// would count: its bytes and ItemOverhead per element.
+func batchCost(raw []byte) int64 {
+	n, err := wire.ArrayLen(raw)
+	if err != nil {
+		return 0 // the decoder will refuse it
+	}
+	return int64(len(raw)) + int64(n)*manager.ItemOverhead
+}
+
 // binList decodes the "items" argument: a msgpack array of bins carried as
 // one bin, so that requests stay flat.
 func binList(a wire.Args) ([][]byte, error) {
@@ -221,14 +250,10 @@ func binList(a wire.Args) ([][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	var items [][]byte
-	if err := wire.Unmarshal(raw, &items); err != nil { // checks declared sizes first
-		return nil, wire.Errorf(wire.CodeBadRequest, "items must be a msgpack array of bins")
+	items, err := wire.BinTuples(raw, 1)
+	if err != nil {
+		return nil, wire.Errorf(wire.CodeBadRequest, "items must be a msgpack array of bins: %v", err)
 	}
-	for i, it := range items {
-		if it == nil {
-			return nil, wire.Errorf(wire.CodeBadRequest, "item %d must be bin", i)
-		}
-	}
+	cloneAll(items)
 	return items, nil
 }

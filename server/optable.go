@@ -51,6 +51,7 @@ func newOpTable() *opTable {
 	queueOps(t)
 	containerOps(t)
 	shmOps(t)
+	fastpathOps(t)
 	for name := range t.server {
 		if t.named[name] {
 			panic(fmt.Sprintf("op table: %q is both a server op and an object op", name))

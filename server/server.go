@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -19,6 +21,16 @@ import (
 	"github.com/syncmgr/syncmgr/shmregistry"
 )
 
+// DefaultMaxParked is how many requests one session may have waiting at
+// once by default. A waiting request costs a few KiB (its goroutine, timer
+// and context), so this caps one client at tens of MB.
+const DefaultMaxParked = 10000
+
+// DefaultMaxConnsPerPeer is how many connections one client may have open
+// by default: an eighth of the default --max-conns, so that one client
+// cannot take every connection.
+const DefaultMaxConnsPerPeer = 1024
+
 // Version is the daemon's version string.
 const Version = "0.1.0"
 
@@ -30,6 +42,8 @@ type Config struct {
 	WriteTimeout       time.Duration         // a reply not written in this time kills the connection
 	MaxUnauthenticated int                   // connections allowed in the handshake at once, for Unix and for TCP each
 	MaxConns           int                   // authenticated connections allowed at once
+	MaxParked          int64                 // requests one session may have waiting at once
+	MaxConnsPerPeer    int                   // connections one client (Unix uid and pid, TCP source address) may have at once
 	AllowOtherUsers    bool                  // accept Unix peers with another uid
 	Shm                *shmregistry.Registry // shared-memory segments; nil disables the shm ops
 	Logger             zerolog.Logger
@@ -43,6 +57,7 @@ type Server struct {
 	ops    *opTable
 	log    zerolog.Logger
 	bootID string
+	runID  string // random, new at each start: told in the handshake
 	start  time.Time
 
 	ctx    context.Context // cancelled on shutdown
@@ -51,6 +66,7 @@ type Server struct {
 	mu        sync.Mutex
 	listeners []net.Listener
 	conns     map[*conn]struct{}
+	peerConns map[string]int // connections (past the peer check) by peer key
 	wg        sync.WaitGroup // connection goroutines
 
 	nextConn atomic.Uint64
@@ -82,9 +98,15 @@ func New(cfg Config, mgr *manager.Manager) (*Server, error) {
 	if cfg.MaxConns <= 0 {
 		cfg.MaxConns = 8192
 	}
+	if cfg.MaxConnsPerPeer <= 0 {
+		cfg.MaxConnsPerPeer = DefaultMaxConnsPerPeer
+	}
+	if cfg.MaxParked <= 0 {
+		cfg.MaxParked = DefaultMaxParked
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{cfg: cfg, mgr: mgr, ops: newOpTable(), log: cfg.Logger, bootID: BootID(), start: time.Now(),
-		ctx: ctx, cancel: cancel, conns: make(map[*conn]struct{}), adm: newAdmission(cfg.MaxUnauthenticated, cfg.Logger)}, nil
+	return &Server{cfg: cfg, mgr: mgr, ops: newOpTable(), log: cfg.Logger, bootID: BootID(), runID: newRunID(), start: time.Now(),
+		ctx: ctx, cancel: cancel, conns: make(map[*conn]struct{}), peerConns: make(map[string]int), adm: newAdmission(cfg.MaxUnauthenticated, cfg.Logger)}, nil
 }
 
 // Manager returns the served manager.
@@ -150,6 +172,33 @@ func isTemporary(err error) bool {
 	return strings.Contains(msg, "too many open files") || strings.Contains(msg, "resource temporarily unavailable")
 }
 
+// peerFull reports whether peer key k is at --max-conns-per-client.
+func (s *Server) peerFull(k string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.peerConns[k] >= s.cfg.MaxConnsPerPeer
+}
+
+// reservePeer counts one more authenticated connection from peer key k; it
+// reports false (counting nothing) when k is at --max-conns-per-client.
+func (s *Server) reservePeer(k string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.peerConns[k] >= s.cfg.MaxConnsPerPeer {
+		return false
+	}
+	s.peerConns[k]++
+	return true
+}
+
+func (s *Server) releasePeer(k string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.peerConns[k]--; s.peerConns[k] <= 0 {
+		delete(s.peerConns, k)
+	}
+}
+
 func (s *Server) track(c *conn, add bool) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -208,6 +257,7 @@ type Stats struct {
 	Objects         int     `msgpack:"objects"`
 	Sessions        int     `msgpack:"sessions"`
 	BootID          string  `msgpack:"boot_id"`
+	RunID           string  `msgpack:"run_id"`
 	MaxFrame        uint32  `msgpack:"max_frame"`
 	ObjectsListed   int     `msgpack:"objects_listed"`
 	ObjectsOmmitted int     `msgpack:"objects_omitted"`
@@ -231,6 +281,16 @@ func RSS() int64 {
 	}
 	return pages * int64(os.Getpagesize())
 }
+
+// newRunID returns a random id for this run of the daemon.
+func newRunID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// RunID returns the id of this run of the daemon, sent in every handshake.
+func (s *Server) RunID() string { return s.runID }
 
 // BootID returns the host's boot id, or "" where there is none.
 func BootID() string {

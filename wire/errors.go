@@ -29,11 +29,14 @@ const (
 	CodeAuthFailed   Code = "auth_failed"    // handshake authentication failed
 	CodeVersion      Code = "version"        // no common protocol version
 	CodeBroken       Code = "broken"         // a barrier is broken
-	CodeKeyError     Code = "key_error"      // a dict key that is not there
-	CodeIndexError   Code = "index_error"    // a list index out of range
-	CodeExists       Code = "exists"         // a shared-memory segment of that name exists
-	CodeNoSpace      Code = "no_space"       // the shared-memory filesystem is full
-	CodeInternal     Code = "internal"       // a bug in the daemon
+	// CodeServerRestarted: the request names state held under an earlier
+	// run of the daemon (its "run" argument is not the daemon's run id).
+	CodeServerRestarted Code = "server_restarted"
+	CodeKeyError        Code = "key_error"   // a dict key that is not there
+	CodeIndexError      Code = "index_error" // a list index out of range
+	CodeExists          Code = "exists"      // a shared-memory segment of that name exists
+	CodeNoSpace         Code = "no_space"    // the shared-memory filesystem is full
+	CodeInternal        Code = "internal"    // a bug in the daemon
 )
 
 // Error is an error carried on the wire: a code and a human message.

@@ -48,7 +48,8 @@ func ReadHeader(r io.Reader) (uint32, error) {
 }
 
 // ReadBody reads a frame body of n bytes; the caller has checked n against
-// its limit.
+// its limit. It allocates n bytes at once: for a peer that is trusted not to
+// announce what it does not send (the daemon, to its clients).
 func ReadBody(r io.Reader, n uint32) ([]byte, error) {
 	body := make([]byte, n)
 	if _, err := io.ReadFull(r, body); err != nil {
@@ -58,6 +59,32 @@ func ReadBody(r io.Reader, n uint32) ([]byte, error) {
 		return nil, fmt.Errorf("read frame body: %w", err)
 	}
 	return body, nil
+}
+
+// ReadBodyAsItArrives is ReadBody for untrusted peers: memory follows the
+// bytes that arrive, not the declared length, so a header announcing 64 MiB
+// followed by silence costs 1 MiB, not 64. (The price is a few copies while
+// a large body grows.)
+func ReadBodyAsItArrives(r io.Reader, n uint32) ([]byte, error) {
+	const step = 1 << 20
+	body := make([]byte, min(n, step))
+	got := 0
+	for {
+		m, err := io.ReadFull(r, body[got:])
+		got += m
+		if err != nil || got == int(n) {
+			if err == nil {
+				return body, nil
+			}
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, fmt.Errorf("read frame body: %w", err)
+		}
+		grown := make([]byte, min(int(n), 2*len(body)))
+		copy(grown, body)
+		body = grown
+	}
 }
 
 // WriteFrame writes body as one frame with a single Write call.

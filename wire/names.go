@@ -37,6 +37,9 @@ const (
 	OpShmDetach = "shm_detach"
 	OpShmUnlink = "shm_unlink"
 	OpShmList   = "shm_list"
+	// The same-host fast path (family fastpath).
+	OpFastpathAttach = "fastpath_attach"
+	OpFastpathRef    = "fastpath_ref"
 )
 
 // Ops of objects (each request also carries ArgKind and ArgName).
@@ -124,4 +127,8 @@ const (
 	ArgVersion  = "version"
 	ArgLimit    = "limit"
 	ArgSize     = "size"
+	// ArgRun, on any request, is the daemon run id under which the client
+	// got the state the request acts on (a lock it acquired); a daemon of
+	// another run answers server_restarted and does nothing.
+	ArgRun = "run"
 )

@@ -24,6 +24,7 @@ import (
 	"github.com/syncmgr/syncmgr/manager"
 	"github.com/syncmgr/syncmgr/server"
 	"github.com/syncmgr/syncmgr/shmregistry"
+	"github.com/syncmgr/syncmgr/statemem"
 	"github.com/syncmgr/syncmgr/wire"
 )
 
@@ -45,15 +46,21 @@ func runServe(ctx context.Context, args []string) error {
 		allowOthers   = fs.Bool("allow-other-users", false, "accept Unix-socket clients running as another user (they still need the key); the socket becomes 0666, or 0660 with --socket-group")
 		sockGroup     = fs.String("socket-group", "", "with --allow-other-users: only this group (name or gid) may connect; the socket is 0660 and owned by it")
 		shareGrace    = fs.Duration("share-grace", def.ShareGrace, "how long a shared (pickled) anonymous object outlives its last reference")
-		maxPerClient  = fs.Int("max-objects-per-client", def.MaxObjectsPerSession, "objects one client may create")
+		maxPerClient  = fs.Int("max-objects-per-client", def.MaxObjectsPerSession, "live objects one client (a process on a Unix socket, a source address over TCP) may have created")
 		maxObjects    = fs.Int("max-objects", def.MaxObjects, "objects the daemon holds at most")
 		maxQueue      = fs.Int64("max-queue", def.MaxQueue, "largest queue maxsize")
 		maxConns      = fs.Int("max-conns", 8192, "authenticated connections at once")
+		maxObjBytes   = fs.Int64("max-object-bytes", def.MaxObjectBytes, "bytes one queue (with waiting puts), dict or list may hold; each item counts 64 bytes more")
+		maxBytes      = fs.Int64("max-bytes", def.MaxBytes, "bytes all queues, dicts and lists may hold together")
+		maxParked     = fs.Int64("max-parked", server.DefaultMaxParked, "requests one client may have waiting at once")
+		maxPeerConns  = fs.Int("max-conns-per-client", server.DefaultMaxConnsPerPeer, "connections one client (a process on a Unix socket, a source address over TCP) may have at once")
 		maxUnauth     = fs.Int("max-handshakes", 128, "connections in the handshake at once, for Unix and for TCP each; over it the oldest silent one is dropped")
 		hsTimeout     = fs.Duration("handshake-timeout", 5*time.Second, "deadline on a connection's handshake")
 		parentPID     = fs.Int("exit-with-parent", 0, "shut down when the process with this pid is no longer our parent")
 		shutdownGrace = fs.Duration("shutdown-timeout", 10*time.Second, "how long a graceful shutdown may take")
 		shmDir        = fs.String("shm-dir", "/dev/shm", "directory (tmpfs) for shared-memory segments; \"none\" disables the registry")
+		fastDir       = fs.String("fastpath-dir", "/dev/shm", "directory (tmpfs) for the fast path's state segment; \"none\" keeps every client on the socket")
+		fastObjects   = fs.Int("fastpath-objects", 16384, "objects whose state the fast path's segment holds (64 bytes each); others stay on the socket path")
 		shmLimit      = fs.String("shm-limit", "50%", "cap on all segments together: bytes (with K, M, G suffix) or a percentage of --shm-dir's size")
 	)
 	mflags := addMetricsFlags(fs)
@@ -183,12 +190,34 @@ func runServe(ctx context.Context, args []string) error {
 		}
 		defer shm.Close() // a graceful stop unlinks every segment
 	}
-	mcfg := manager.Config{ShareGrace: *shareGrace, MaxObjectsPerSession: *maxPerClient, MaxObjects: *maxObjects, MaxQueue: *maxQueue}
+	mcfg := manager.Config{ShareGrace: *shareGrace, MaxObjectsPerSession: *maxPerClient, MaxObjects: *maxObjects, MaxQueue: *maxQueue,
+		MaxObjectBytes: *maxObjBytes, MaxBytes: *maxBytes}
 	mcfg.OnHoldEnd = holdEnds(log, mtr)
 	mgr := manager.New(mcfg)
+	if *fastDir != "none" {
+		// The same-host fast path (package statemem). Without it every
+		// client uses the socket, which is correct, only slower. Named by
+		// the address (taken above, so no live daemon owns it), so a daemon
+		// restarted there replaces the file a killed one left; not
+		// "syncmgr-<hash>-...", the shared-memory registry's segment files.
+		id := *socket
+		if id == "" || id == "none" {
+			id = "tcp:" + *tcpAddr
+		}
+		sum := sha256.Sum256([]byte(id))
+		name := "syncmgr.state-" + hex.EncodeToString(sum[:5])
+		seg, err := statemem.Create(*fastDir, name, *fastObjects+1)
+		if err != nil {
+			log.Warn().Err(err).Msg("fast path disabled")
+		} else {
+			defer seg.Remove() // the mapping stays until exit: no goroutine can touch unmapped words
+			mgr.EnableFastPath(seg)
+		}
+	}
 	mtr.SetSource(stateSource(mgr, shm))
 	srv, err := server.New(server.Config{Key: key, MaxFrame: uint32(*maxFrame), HandshakeTimeout: *hsTimeout,
-		MaxUnauthenticated: *maxUnauth, MaxConns: *maxConns, AllowOtherUsers: *allowOthers, Logger: log, Shm: shm, Metrics: mtr}, mgr)
+		MaxUnauthenticated: *maxUnauth, MaxConns: *maxConns, MaxParked: *maxParked, MaxConnsPerPeer: *maxPeerConns,
+		AllowOtherUsers: *allowOthers, Logger: log, Shm: shm, Metrics: mtr}, mgr)
 	if err != nil {
 		return err
 	}

@@ -270,6 +270,7 @@ class Connection:
         self.sock = _connect(address, ssl_context)
         self.max_frame = 64 << 20
         self.boot_id = ""
+        self.run_id = ""
         self.closed = False
         self.last_used = 0.0
         self._rbuf = bytearray(256 << 10)
@@ -310,6 +311,7 @@ class Connection:
             if not hmac.compare_digest(welcome.get("mac", b""), expect):
                 raise exc.AuthenticationError(f"the server at {self.address} did not prove it knows the authkey")
             self.boot_id = welcome.get("boot_id", "")
+            self.run_id = str(welcome.get("run", ""))
         except exc.ServerGoneError as e:
             # Closed before the handshake ended: the daemon dropped us to make
             # room (too many connections in the handshake) or is stopping.
@@ -490,6 +492,7 @@ class Client:
         self._notes: collections.deque[tuple[str, dict[str, Any]]] = collections.deque()
         self._ids = itertools.count(1)
         self.boot_id = ""
+        self.run_id = ""
         self.max_frame = 64 << 20
         self._connected_once = False
         self._lost = False  # a connection was lost: log the next one made
@@ -534,7 +537,7 @@ class Client:
         elif self._lost:
             _log.info("reconnected to syncmgr at %s", self.address)
         self._lost = False
-        self.boot_id, self.max_frame = conn.boot_id, conn.max_frame
+        self.boot_id, self.run_id, self.max_frame = conn.boot_id, conn.run_id, conn.max_frame
         self._connected_once = True
         return conn
 

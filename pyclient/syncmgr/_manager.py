@@ -12,7 +12,7 @@ import os
 import ssl
 from typing import Any, Optional, Union
 
-from . import _containers
+from . import _containers, _fast
 from . import _proxies as px
 from . import exceptions as exc
 from . import shared_memory as shm
@@ -172,6 +172,7 @@ class Manager:
         p = cls.__new__(cls)
         p._bind(client, res["name"], owned=True)
         p._setstate(state)
+        _fast.attach(p)
         return p
 
     def Lock(self, name: Optional[str] = None) -> px.LockProxy:  # noqa: N802

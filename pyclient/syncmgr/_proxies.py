@@ -20,7 +20,7 @@ import time
 import weakref
 from typing import Any, Callable, ClassVar, Optional
 
-from . import _values
+from . import _fast, _values
 from . import exceptions as exc
 from ._connection import get_client
 from ._transport import Transport
@@ -40,6 +40,7 @@ def _rebuild(cls: type[BaseProxy], address: str, name: str, state: Any) -> BaseP
     p = cls.__new__(cls)
     p._bind(get_client(address), name, owned=False)
     p._setstate(state)
+    _fast.attach(p)
     return p
 
 
@@ -128,25 +129,39 @@ def _timeout_arg(blocking: bool, timeout: Optional[float], *, minus_one_forever:
 
 
 class AcquirerProxy(BaseProxy):
-    """Lock, RLock, Semaphore and BoundedSemaphore, as SyncManager's AcquirerProxy."""
+    """Lock, RLock, Semaphore and BoundedSemaphore, as SyncManager's AcquirerProxy.
+
+    A successful acquire remembers the daemon's run id; release names it, so
+    that after a daemon restart the release raises ``ServerRestartedError``
+    instead of releasing a lock another process acquired since."""
+
+    _held_run: str = ""
+
+    def _acquired(self, got: Any) -> bool:
+        if got:
+            self._held_run = getattr(self._client, "run_id", "")  # a transport without run ids: ""
+        return bool(got)
 
     def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> bool:
         tid = threading.get_ident()
         if not blocking:
             if timeout is not None and timeout != -1:
                 raise ValueError("can't specify a timeout for a non-blocking call")
-            return bool(self._call("acquire", block=False, tid=tid))
+            return self._acquired(self._call("acquire", block=False, tid=tid))
         t = _timeout_arg(True, timeout, minus_one_forever=True)
         if t is not None and t > threading.TIMEOUT_MAX:
             raise OverflowError("timeout value is too large")
-        return bool(self._call_blocking("acquire", t, undo=self._undo_acquire, tid=tid, timeout=t))
+        return self._acquired(self._call_blocking("acquire", t, undo=self._undo_acquire, tid=tid, timeout=t))
 
     def _undo_acquire(self, got: Any) -> None:
         if got is True:
             self._client.call("release", self._args({"tid": threading.get_ident()}))
 
     def release(self) -> None:
-        self._call("release", tid=threading.get_ident())
+        if self._held_run:
+            self._call("release", tid=threading.get_ident(), run=self._held_run)
+        else:
+            self._call("release", tid=threading.get_ident())
 
     def __enter__(self) -> bool:
         return self.acquire()
@@ -261,7 +276,8 @@ class ValueProxy(BaseProxy):
         else:
             self._call("set", value=self._encode(value))
 
-    value = property(get, set)
+    # Through the instance, so that the fast path's get and set serve it too.
+    value = property(lambda self: self.get(), lambda self, v: self.set(v))
 
     def add(self, delta: Any = 1) -> Any:
         """Add delta atomically on the daemon and return the new value."""

@@ -44,6 +44,14 @@ class Transport(Protocol):
         """The daemon's address, as proxies pickle it."""
         ...
 
+    @property
+    def run_id(self) -> str:
+        """The run id of the daemon last connected to ("" before the first
+        call, or from a daemon that sends none). A proxy that took something
+        (a lock) remembers it and names it when giving the thing back, so a
+        restarted daemon refuses with ``ServerRestartedError``."""
+        ...
+
     def call(self, op: str, args: dict[str, Any], *, blob_key: Optional[str] = None, blob: Any = None,
              wait: Optional[float] = 0.0, undo: Optional[Undo] = None) -> Any:
         """Send one request and return its result."""

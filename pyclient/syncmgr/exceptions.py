@@ -7,6 +7,7 @@ Every error the client raises on its own account derives from
     ├── ConnectError              cannot reach the daemon (names the address)
     ├── AuthenticationError       wrong or missing authkey, or an impostor server
     ├── ServerGoneError           the daemon died or closed the connection mid-call
+    │   └── ServerRestartedError  state this process held (a lock) was lost in a daemon restart
     ├── ShuttingDownError         the daemon is stopping
     ├── ProtocolError             the daemon sent something this client cannot read
     │   └── FrameTooLargeError    a message over the daemon's frame limit
@@ -63,6 +64,12 @@ class AuthenticationError(SyncMgrError):
 
 class ServerGoneError(SyncMgrError, ConnectionError):
     """The daemon died or closed the connection while a call was in progress."""
+
+
+class ServerRestartedError(ServerGoneError):
+    """The op acts on state this process got from an earlier run of the
+    daemon (a lock it acquired before the daemon restarted). That state was
+    lost with the old daemon; the op did nothing."""
 
 
 class ShuttingDownError(ServerGoneError):
@@ -168,6 +175,7 @@ EXCEPTION_CLASSES: dict[str, type[SyncMgrError]] = {
     "shutting_down": ShuttingDownError,
     "too_large": FrameTooLargeError,
     "limit": LimitError,
+    "server_restarted": ServerRestartedError,
     "auth_failed": AuthenticationError,
     "broken": BrokenBarrierError,
     "exists": SegmentExistsError,

@@ -28,6 +28,10 @@ class Expected:
     methods: tuple[str, ...] = ALL
     difference: bool = False  # on purpose; else a bug with fixed_on
     fixed_on: str = ""  # the branch that fixes it
+    # The outcome races with the daemon noticing a child's exit (the parent's
+    # release may run before the child's holdings are given back): a pass is
+    # accepted too, and does not mean the difference is gone.
+    racy: bool = False
 
 
 EXPECTED: dict[str, dict[str, Expected]] = {
@@ -37,12 +41,14 @@ EXPECTED: dict[str, dict[str, Expected]] = {
             "process's locks, so the parent's release() then raises RuntimeError (NotOwnerError), "
             "where SyncManager leaves the lock held for ever and lets any process release it",
             difference=True,
+            racy=True,
         ),
         "TestSyncManagerTypes.test_bounded_semaphore": Expected(
             "a child acquires the BoundedSemaphore and exits; syncmgr gives a dead process's "
             "acquisitions back, so the parent's release() then exceeds the bound and raises "
             "ValueError, where SyncManager keeps the child's acquisition for ever",
             difference=True,
+            racy=True,
         ),
     },
     "cpprb": {},

@@ -47,11 +47,12 @@ func main() {
 	ops := flag.Int("ops", 2000, "operations per client")
 	killEvery := flag.Duration("kill-every", 150*time.Millisecond, "SIGKILL a random client this often (0: never)")
 	maxTime := flag.Duration("max-time", 5*time.Minute, "fail if the run takes longer")
+	fastEvery := flag.Int("fast-every", 2, "every n-th client uses the same-host fast path (0: none)")
 	flag.Parse()
 	if *worker > 0 {
-		os.Exit(runWorker(*worker, *addr, *ops))
+		os.Exit(runWorker(*worker, *addr, *ops, *fastEvery > 0 && *worker%*fastEvery == 0))
 	}
-	if err := drive(*bin, *clients, *ops, *killEvery, *maxTime); err != nil {
+	if err := drive(*bin, *clients, *ops, *killEvery, *maxTime, *fastEvery); err != nil {
 		fmt.Fprintln(os.Stderr, "soak:", err)
 		os.Exit(1)
 	}
@@ -65,9 +66,13 @@ func key() []byte {
 // runWorker does ops mixed operations and logs each completed one on
 // stdout: "L" an increment under the lock, "A" an atomic add, "P item" a
 // put, "G item" a get, "S x" a stale owner mark found, "V msg" a violation.
-func runWorker(id int, addr string, ops int) int {
+func runWorker(id int, addr string, ops int, fast bool) int {
 	ctx := context.Background()
-	c, err := proxy.Dial(ctx, addr, key(), proxy.WithLabel(fmt.Sprintf("soak worker %d", id)))
+	opts := []proxy.Option{proxy.WithLabel(fmt.Sprintf("soak worker %d", id))}
+	if fast {
+		opts = append(opts, proxy.WithFastPath()) // Lock ops by compare-and-swap, mixed with socket clients
+	}
+	c, err := proxy.Dial(ctx, addr, key(), opts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker dial:", err)
 		return 2
@@ -146,7 +151,7 @@ type tally struct {
 	ops        int
 }
 
-func drive(bin string, nclients, ops int, killEvery, maxTime time.Duration) error {
+func drive(bin string, nclients, ops int, killEvery, maxTime time.Duration, fastEvery int) error {
 	dir, err := os.MkdirTemp("/tmp", "soak")
 	if err != nil {
 		return err
@@ -200,7 +205,7 @@ func drive(bin string, nclients, ops int, killEvery, maxTime time.Duration) erro
 		id := nextID
 		spawned++
 		mu.Unlock()
-		cmd := exec.Command(self, "-worker", strconv.Itoa(id), "-address", sock, "-ops", strconv.Itoa(ops))
+		cmd := exec.Command(self, "-worker", strconv.Itoa(id), "-address", sock, "-ops", strconv.Itoa(ops), "-fast-every", strconv.Itoa(fastEvery))
 		cmd.Stderr = os.Stderr
 		stdout, err := cmd.StdoutPipe()
 		if err != nil {

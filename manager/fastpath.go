@@ -1,0 +1,199 @@
+package manager
+
+import (
+	"sync"
+
+	"github.com/syncmgr/syncmgr/statemem"
+)
+
+// The same-host fast path: the state words of Locks, RLocks, Events,
+// numeric Values and Conditions' private locks live in a shared segment
+// (package statemem), where clients on the daemon's host change them by
+// compare-and-swap. The op semantics do not change: they already read and
+// write that state only through the words of state.go, with the same CAS
+// protocol the clients use. What this file adds is the binding of words to
+// segment slots while an object lives, and the release, when a session
+// ends, of the words that name its slot (a fast-path acquire does not go
+// through the daemon, so the session's hold list does not know of it).
+
+// fastPath is the manager's segment and which object lives at which slot.
+type fastPath struct {
+	seg   *statemem.Segment
+	mu    sync.Mutex
+	byOff map[uint32]Object // objects whose words are in the segment
+	refs  map[Object]statemem.Ref
+	ended map[Slot]bool // sessions whose end hook is registered
+}
+
+// EnableFastPath binds the state words of objects created from now on into
+// seg. Call it once, before serving clients.
+func (m *Manager) EnableFastPath(seg *statemem.Segment) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.fast = &fastPath{seg: seg, byOff: make(map[uint32]Object), refs: make(map[Object]statemem.Ref), ended: make(map[Slot]bool)}
+}
+
+// FastSegment returns the segment, or nil when the fast path is off.
+func (m *Manager) FastSegment() *statemem.Segment {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.fast == nil {
+		return nil
+	}
+	return m.fast.seg
+}
+
+// FastRef returns where obj's state words are: for a Condition, those of
+// its lock. ok is false when obj is not on the fast path (the kind has no
+// shared word, the segment was full, or the fast path is off).
+func (m *Manager) FastRef(obj Object) (statemem.Ref, bool) {
+	if c, ok := obj.(*Condition); ok {
+		obj = c.lock.(Object)
+	}
+	m.mu.RLock()
+	f := m.fast
+	m.mu.RUnlock()
+	if f == nil {
+		return statemem.Ref{}, false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r, ok := f.refs[obj]
+	return r, ok
+}
+
+// AttachFastPath registers, once per session, the end hook that releases
+// the words naming s's slot. A session must be attached before it is given
+// any offset. It reports false when the fast path is off or s has ended.
+func (m *Manager) AttachFastPath(s *Session) bool {
+	m.mu.RLock()
+	f := m.fast
+	m.mu.RUnlock()
+	if f == nil || s.Slot() > Slot(statemem.MaxSlot) {
+		return false
+	}
+	f.mu.Lock()
+	if f.ended[s.Slot()] {
+		f.mu.Unlock()
+		return true
+	}
+	f.ended[s.Slot()] = true
+	f.mu.Unlock()
+	if !s.OnEnd(func() { m.releaseSlotWords(f, s) }) {
+		f.mu.Lock()
+		delete(f.ended, s.Slot())
+		f.mu.Unlock()
+		return false
+	}
+	return true
+}
+
+// releaseSlotWords runs when s ends: every Lock and RLock whose word names
+// s's slot is handed on (to the next daemon waiter) or freed (waking the
+// futex sleepers), as the session's own holds were. It runs before the
+// slot is unpinned, so no later session can be named by those words.
+func (m *Manager) releaseSlotWords(f *fastPath, s *Session) {
+	for _, off := range f.seg.Owned(uint32(s.Slot())) {
+		f.mu.Lock()
+		obj := f.byOff[off]
+		f.mu.Unlock()
+		if h, ok := obj.(holder); ok {
+			h.releaseSession(s)
+		}
+	}
+	f.mu.Lock()
+	delete(f.ended, s.Slot())
+	f.mu.Unlock()
+}
+
+// bindFast moves a new object's words into the segment. A full segment is
+// not an error: the object stays on the socket path.
+func (m *Manager) bindFast(obj Object) {
+	f := m.fast
+	if f == nil {
+		return
+	}
+	switch o := obj.(type) {
+	case *Lock:
+		f.bind(o, statemem.KindLock, &o.mu, &o.st.W0, &o.st.TID)
+	case *RLock:
+		f.bind(o, statemem.KindRLock, &o.mu, &o.st.W0, &o.st.TID)
+	case *Event:
+		f.bind(o, statemem.KindEvent, &o.mu, &o.st.W0, nil)
+	case *Value:
+		if o.numeric() {
+			f.bind(o, statemem.KindValue, &o.mu, nil, &o.cell.Bits)
+		}
+	case *Condition:
+		if r, ok := o.lock.(*RLock); ok && r.name == o.name+".lock" {
+			f.bind(r, statemem.KindRLock, &r.mu, &r.st.W0, &r.st.TID)
+		}
+	}
+}
+
+func (f *fastPath) bind(obj Object, kind uint8, mu *sync.Mutex, state, aux *Word) {
+	ref, err := f.seg.Alloc(kind, 0, 0)
+	if err != nil {
+		return
+	}
+	mu.Lock()
+	if state != nil {
+		state.Bind(f.seg.State(ref.Off))
+	}
+	if aux != nil {
+		aux.Bind(f.seg.Aux(ref.Off))
+	}
+	mu.Unlock()
+	f.mu.Lock()
+	f.byOff[ref.Off] = obj
+	f.refs[obj] = ref
+	f.mu.Unlock()
+}
+
+// unbindFast gives a removed object's words back to Go memory and frees its
+// slot; a client still using the offset finds the daemon bit set and asks
+// the daemon, which no longer knows the object.
+func (m *Manager) unbindFast(obj Object) {
+	f := m.fast
+	if f == nil {
+		return
+	}
+	switch o := obj.(type) {
+	case *Lock:
+		f.unbind(o, &o.mu, &o.st.W0, &o.st.TID)
+	case *RLock:
+		f.unbind(o, &o.mu, &o.st.W0, &o.st.TID)
+	case *Event:
+		f.unbind(o, &o.mu, &o.st.W0, nil)
+	case *Value:
+		f.unbind(o, &o.mu, nil, &o.cell.Bits)
+	case *Condition:
+		if r, ok := o.lock.(*RLock); ok && r.name == o.name+".lock" {
+			f.unbind(r, &r.mu, &r.st.W0, &r.st.TID)
+		}
+	}
+}
+
+func (f *fastPath) unbind(obj Object, mu *sync.Mutex, state, aux *Word) {
+	f.mu.Lock()
+	ref, ok := f.refs[obj]
+	if ok {
+		delete(f.refs, obj)
+		delete(f.byOff, ref.Off)
+	}
+	f.mu.Unlock()
+	if !ok {
+		return
+	}
+	mu.Lock()
+	statemem.MarkDaemon(f.seg.State(ref.Off))
+	if state != nil {
+		state.Unbind()
+		state.update(func(x uint64) uint64 { return x &^ (waitersBit | sleepersBit) })
+	}
+	if aux != nil {
+		aux.Unbind()
+	}
+	mu.Unlock()
+	f.seg.Free(ref.Off)
+}

@@ -1,0 +1,419 @@
+"""The same-host fast path: Lock, RLock, Condition's lock, Event and numeric
+Value ops on state words the daemon keeps in shared memory.
+
+A client on the daemon's host (Unix socket, same boot id) maps the daemon's
+state segment and does uncontended operations with one compare-and-swap in
+the C extension ``syncmgr._fastpath``, without a system call; contended
+waits sleep on a futex on the word. The daemon stays the arbiter: while it
+has waiters of its own queued on an object it sets the word's daemon bit,
+and every op the extension answers with ``DAEMON`` is sent over the socket
+instead, as is every op that would be an error (so errors are the daemon's,
+worded and typed as on the socket path). Layout and protocol:
+docs/protocol.md, "Same-host fast path".
+
+The fast path is used when all of these hold, and otherwise every op goes
+over the socket as before:
+
+* the extension was built (a C compiler at install time) and
+  ``SYNCMGR_FASTPATH=1`` is set (opt-in for now: see "Known issue" below);
+* the daemon is reached over a Unix socket and reports this host's boot id
+  (``SYNCMGR_FASTPATH_BOOT_ID``, for tests only, replaces the local one);
+* the daemon agrees (``fastpath_attach``), the segment file passes the
+  owner, mode and size checks, and the object has a word (``fastpath_ref``).
+
+Each process keeps one extra connection of its session open while it uses
+the fast path (the anchor): the session, and so the slot id written in the
+words, lives as long as that connection; if the daemon goes away the anchor
+sees it and every handle falls back to the socket path, which reports it.
+
+Known issue: cpprb's MPPrioritizedReplayBuffer with one forked explorer
+(the end-to-end case of ``make bench``) hangs in about half of the runs with
+the fast path on (explorer in ``Event.wait`` over the socket, learner in a
+fast ``Event.wait``, both events clear), also with Events kept on the
+socket; not yet understood. Hence opt-in.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import weakref
+from typing import TYPE_CHECKING, Any, Optional
+
+from . import _connection
+from . import exceptions as exc
+from ._framing import encode_request
+
+if TYPE_CHECKING:
+    from ._connection import Client
+    from ._proxies import BaseProxy
+
+try:
+    from . import _fastpath as _ext
+except ImportError:  # built without a compiler: the socket path only
+    _ext = None
+
+OK, BUSY, DAEMON = 0, 1, 2
+_KIND_LOCK, _KIND_RLOCK, _KIND_EVENT, _KIND_VALUE = 1, 2, 5, 6
+
+# Value typecodes the words hold: (class, width) as the extension takes them.
+_VALUE_CLASS = {
+    "b": ord("i") | 8 << 8, "B": ord("u") | 8 << 8, "h": ord("i") | 16 << 8, "H": ord("u") | 16 << 8,
+    "i": ord("i") | 32 << 8, "I": ord("u") | 32 << 8, "l": ord("i") | 64 << 8, "L": ord("u") | 64 << 8,
+    "q": ord("i") | 64 << 8, "Q": ord("u") | 64 << 8, "f": ord("f"), "d": ord("d"), "?": ord("?"),
+}
+
+_get_ident = threading.get_ident
+_monotonic = time.monotonic
+
+
+def enabled_by_env() -> bool:
+    """Whether this process may use the fast path at all: opt-in with
+    SYNCMGR_FASTPATH=1 until the known issue in the module docstring is fixed."""
+    return _ext is not None and os.environ.get("SYNCMGR_FASTPATH", "0") == "1"
+
+
+def _local_boot_id() -> str:
+    override = os.environ.get("SYNCMGR_FASTPATH_BOOT_ID")
+    if override:
+        return override
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+class FastPath:
+    """One process's mapping of one daemon's state segment."""
+
+    def __init__(self, client: Client) -> None:
+        self.ok = False
+        self.pid = os.getpid()
+        self.client = client
+        self.anchor = _connection.Connection(client.address, client._key, _connection._session_id, None)
+        try:
+            info = self._request("fastpath_attach", {})
+            if not info.get("boot_id") or info.get("boot_id") != _local_boot_id():
+                raise OSError("the daemon is on another host (boot id differs)")
+            fd = os.open(info["path"], os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                self.seg = _ext.Segment(fd, int(info["size"]))  # type: ignore[union-attr]
+            finally:
+                os.close(fd)
+            self.slot = int(info["slot"])
+        except BaseException:
+            self.anchor.close()
+            raise
+        self.ok = True
+        threading.Thread(target=self._watch, name="syncmgr-fastpath-anchor", daemon=True).start()
+
+    def _request(self, op: str, args: dict[str, Any]) -> Any:
+        self.anchor.send_requests([encode_request(1, op, args)])
+        _, err, result = self.anchor.recv_reply()
+        if err is not None:
+            raise exc.from_code(err[0], err[1])
+        return result
+
+    def _watch(self) -> None:
+        # Nothing is ever sent on the anchor after the attach: a read returns
+        # only when the daemon closes it (it stopped or died).
+        sock = self.anchor.sock
+        try:
+            while sock.recv(4096):
+                pass
+        except (OSError, ValueError):
+            pass
+        self.ok = False
+        self.seg.detach()  # sleepers leave their waits for the socket path
+
+    def ref(self, kind: str, name: str) -> Optional[tuple[int, int]]:
+        """The word offset and kind code of an object, or None to use the socket."""
+        try:
+            r = self.client.call("fastpath_ref", {"kind": kind, "name": name})
+        except exc.SyncMgrError:
+            return None
+        off, tag = int(r["off"]), int(r["tag"])
+        if self.seg.tag(off) != tag:  # deleted and reused since the reply
+            return None
+        return off, tag & 0xFF
+
+
+_paths: dict[int, Optional[FastPath]] = {}
+_paths_lock = threading.Lock()
+reasons: dict[str, str] = {}  # address -> why the fast path is off (for tests and debugging)
+
+
+def _after_fork_in_child() -> None:
+    global _paths_lock
+    for fp in _paths.values():
+        if fp is not None:
+            fp.ok = False
+            fp.seg.invalidate()  # the parent's slot is not ours
+    _paths.clear()
+    _paths_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def path_for(client: Client) -> Optional[FastPath]:
+    """This process's fast path to client's daemon, or None."""
+    key = id(client)
+    fp = _paths.get(key, False)
+    if fp is not False:
+        return fp  # type: ignore[return-value]
+    with _paths_lock:
+        if key in _paths:
+            return _paths[key]
+        fp = None
+        if client.address.startswith("tcp://"):
+            reasons[client.address] = "not a Unix socket"
+        else:
+            try:
+                fp = FastPath(client)
+            except (exc.SyncMgrError, OSError, ValueError) as e:
+                reasons[client.address] = str(e)
+        _paths[key] = fp
+        return fp
+
+
+def attach(proxy: BaseProxy) -> None:
+    """Give proxy fast methods when its object is on the fast path."""
+    if not enabled_by_env():
+        return
+    kind = proxy._kind
+    if kind == "value":
+        if getattr(proxy, "_code", "O") not in _VALUE_CLASS:
+            return
+    elif kind not in ("lock", "rlock", "condition", "event"):
+        return
+    fp = path_for(proxy._client)
+    if fp is None or not fp.ok:
+        return
+    ref = fp.ref(kind, proxy._name)
+    if ref is None:
+        return
+    off, k = ref
+    if k == _KIND_LOCK and kind in ("lock", "condition"):
+        h: _Handle = _LockHandle(proxy, fp, off)
+    elif k == _KIND_RLOCK and kind in ("rlock", "condition"):
+        h = _RLockHandle(proxy, fp, off)
+    elif k == _KIND_EVENT and kind == "event":
+        h = _EventHandle(proxy, fp, off)
+    elif k == _KIND_VALUE and kind == "value":
+        h = _ValueHandle(proxy, fp, off)
+    else:
+        return
+    h.install(proxy)
+
+
+def active(proxy: BaseProxy) -> bool:
+    """Whether proxy's ops take the fast path now."""
+    h = proxy.__dict__.get("_fast")
+    return h is not None and h.fp.ok
+
+
+class _Handle:
+    """A proxy's fast methods. It keeps the proxy only weakly (the proxy
+    keeps the handle's bound methods), and calls the proxy class's own
+    socket-path methods whenever the word cannot be used."""
+
+    methods: tuple[str, ...] = ()
+
+    def __init__(self, proxy: BaseProxy, fp: FastPath, off: int) -> None:
+        self.proxy = weakref.ref(proxy)
+        self.cls = type(proxy)
+        self.fp = fp
+        self.seg = fp.seg
+        self.off = off
+
+    def install(self, proxy: BaseProxy) -> None:
+        proxy.__dict__["_fast"] = self
+        for m in self.methods:
+            proxy.__dict__[m] = getattr(self, m)
+
+    def slow(self, method: str, *args: Any) -> Any:
+        p = self.proxy()
+        if p is None:
+            raise exc.SyncMgrError("the proxy is gone")
+        return getattr(self.cls, method)(p, *args)
+
+    def usable(self) -> bool:
+        """False after a fork (until re-attached) or once the daemon is gone."""
+        fp = self.fp
+        if fp.ok:
+            return True
+        if fp.pid != os.getpid():  # a forked child: attach its own session
+            p = self.proxy()
+            if p is not None:
+                for m in self.methods:
+                    p.__dict__.pop(m, None)
+                p.__dict__.pop("_fast", None)
+                attach(p)
+        return False
+
+
+def _acquire_timeout(blocking: bool, timeout: Optional[float]) -> Optional[float]:
+    """The extension's timeout (< 0: for ever) for threading-style arguments,
+    or None when they are invalid (the socket path then raises as it does)."""
+    if blocking is True and timeout is None:
+        return -1.0
+    if not blocking:
+        return 0.0 if timeout is None or timeout == -1 else None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        return None
+    if timeout == -1:
+        return -1.0
+    if timeout != timeout or timeout < 0 or timeout > 1e9:  # NaN, negative, or for the socket path's checks
+        return None
+    return float(timeout)
+
+
+class _LockHandle(_Handle):
+    # (with-statements call the type's __enter__, which calls self.acquire)
+    methods = ("acquire", "release")
+
+    def __init__(self, proxy: BaseProxy, fp: FastPath, off: int) -> None:
+        super().__init__(proxy, fp, off)
+        self.slot = fp.slot
+        self.take = fp.seg.lock_acquire
+        self.give = fp.seg.lock_release
+
+    def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> bool:
+        # The common call, acquire() with the fast path up, in as few steps as possible.
+        if blocking is True and timeout is None and self.fp.ok:
+            r = self.take(self.off, self.slot, _get_ident(), -1.0)
+            if r == OK:
+                return True
+            return self._daemon_acquire(blocking, timeout, -1.0, 0.0)
+        t = _acquire_timeout(blocking, timeout)
+        if t is None or not self.usable():
+            return bool(self.slow("acquire", blocking, timeout))
+        start = _monotonic() if t > 0 else 0.0
+        r = self.take(self.off, self.slot, _get_ident(), t)
+        if r == OK:
+            return True
+        if r == BUSY:
+            return False
+        return self._daemon_acquire(blocking, timeout, t, start)
+
+    def install(self, proxy: BaseProxy) -> None:
+        # The common calls run in C (no Python frame); this class's methods
+        # are their slow paths.
+        h = _ext.LockHandle(self.seg, self.off, self.slot, isinstance(self, _RLockHandle),  # type: ignore[union-attr]
+                            self.acquire, self.release)
+        proxy.__dict__["_fast"] = self
+        proxy.__dict__["acquire"] = h.acquire
+        proxy.__dict__["release"] = h.release
+
+    def _daemon_acquire(self, blocking: bool, timeout: Optional[float], t: float, start: float) -> bool:
+        if t > 0:
+            timeout = max(0.0, t - (_monotonic() - start))
+        return bool(self.slow("acquire", blocking, timeout))
+
+    def release(self) -> None:
+        if not self.fp.ok or self.give(self.off) != OK:
+            self.usable()  # re-attach after a fork
+            self.slow("release")  # DAEMON, or an error the daemon words
+
+
+class _RLockHandle(_LockHandle):
+    def __init__(self, proxy: BaseProxy, fp: FastPath, off: int) -> None:
+        super().__init__(proxy, fp, off)
+        self.take = fp.seg.rlock_acquire
+        self.give_r = fp.seg.rlock_release
+
+    def release(self) -> None:
+        if not self.fp.ok or self.give_r(self.off, self.slot, _get_ident()) != OK:
+            self.usable()
+            self.slow("release")
+
+
+class _EventHandle(_Handle):
+    methods = ("is_set", "set", "clear", "wait")
+
+    def is_set(self) -> bool:
+        if self.fp.ok:
+            return self.seg.event_is_set(self.off)  # type: ignore[no-any-return]
+        self.usable()
+        return bool(self.slow("is_set"))
+
+    def set(self) -> None:
+        if not self.fp.ok or self.seg.event_set(self.off) != OK:
+            self.usable()
+            self.slow("set")
+
+    def clear(self) -> None:
+        if not self.usable():
+            self.slow("clear")
+            return
+        self.seg.event_clear(self.off)
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        if timeout is None:
+            t = -1.0
+        elif isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout != timeout:
+            return bool(self.slow("wait", timeout))
+        else:
+            t = max(0.0, float(timeout))
+            if t > 1e9:
+                return bool(self.slow("wait", timeout))
+        if not self.usable():
+            return bool(self.slow("wait", timeout))
+        r = self.seg.event_wait(self.off, t)
+        if r is None:  # the daemon went away during the wait
+            return bool(self.slow("wait", timeout))
+        return bool(r)
+
+
+class _ValueHandle(_Handle):
+    methods = ("get", "set", "add", "compare_and_set")
+
+    def __init__(self, proxy: BaseProxy, fp: FastPath, off: int) -> None:
+        super().__init__(proxy, fp, off)
+        code = proxy._code  # type: ignore[attr-defined]
+        self.cls_code = _VALUE_CLASS[code]
+        # The Python types the word takes as they are; anything else (numpy
+        # scalars, wrong types, out-of-range ints) goes to the socket path,
+        # which converts or refuses it exactly as before.
+        if code in "fd":
+            self.types: tuple[type, ...] = (int, float)
+        elif code == "?":
+            self.types = (bool,)
+        else:
+            self.types = (int,)
+        self.delta_types: tuple[type, ...] = () if code == "?" else ((int, float) if code in "fd" else (int,))
+
+    def get(self) -> Any:
+        if self.fp.ok:
+            return self.seg.value_get(self.off, self.cls_code)
+        self.usable()
+        return self.slow("get")
+
+    def set(self, value: Any) -> None:
+        if type(value) in self.types and self.usable():
+            try:
+                self.seg.value_set(self.off, self.cls_code, value)
+                return
+            except (OverflowError, TypeError, ValueError):
+                pass  # the daemon refuses it with its own error
+        self.slow("set", value)
+
+    def add(self, delta: Any = 1) -> Any:
+        if type(delta) in self.delta_types and self.usable():
+            try:
+                return self.seg.value_add(self.off, self.cls_code, delta)
+            except (OverflowError, TypeError, ValueError):
+                pass
+        return self.slow("add", delta)
+
+    def compare_and_set(self, expected: Any, new: Any) -> bool:
+        if type(expected) in self.types and type(new) in self.types and self.usable():
+            try:
+                return bool(self.seg.value_cas(self.off, self.cls_code, expected, new))
+            except (OverflowError, TypeError, ValueError):
+                pass
+        return bool(self.slow("compare_and_set", expected, new))

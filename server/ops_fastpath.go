@@ -1,0 +1,61 @@
+package server
+
+import (
+	"github.com/syncmgr/syncmgr/manager"
+	"github.com/syncmgr/syncmgr/wire"
+)
+
+// fastpathOps: the same-host fast path (package statemem; docs/protocol.md,
+// "Same-host fast path"). A client on a Unix socket asks for the segment
+// with fastpath_attach, then for each object's word offset with
+// fastpath_ref; any refusal means "use the socket path", which always works.
+func fastpathOps(t *opTable) {
+	const f = "fastpath"
+	t.serverOp(f, wire.OpFastpathAttach, func(c *conn, _ uint64, a wire.Args) (any, error) {
+		if err := c.fastpathAllowed(); err != nil {
+			return nil, err
+		}
+		seg := c.srv.mgr.FastSegment()
+		return map[string]any{"path": seg.Path(), "size": seg.Size(), "slot": int64(c.sess.Slot()),
+			"boot_id": c.srv.bootID}, nil
+	})
+	t.serverOp(f, wire.OpFastpathRef, func(c *conn, _ uint64, a wire.Args) (any, error) {
+		if err := c.fastpathAllowed(); err != nil {
+			return nil, err
+		}
+		kind, err := a.String(wire.ArgKind)
+		if err != nil {
+			return nil, err
+		}
+		name, err := a.String(wire.ArgName)
+		if err != nil {
+			return nil, err
+		}
+		obj, err := c.srv.mgr.Lookup(manager.Kind(kind), name)
+		if err != nil {
+			return nil, err
+		}
+		ref, ok := c.srv.mgr.FastRef(obj)
+		if !ok {
+			return nil, wire.Errorf(wire.CodeUnknownOp, "%s %q is not on the fast path", kind, name)
+		}
+		return map[string]any{"off": int64(ref.Off), "tag": int64(ref.Tag)}, nil
+	})
+}
+
+// fastpathAllowed checks that this connection may use the fast path: the
+// daemon has a segment, the client is on a Unix socket (so on this host;
+// a TCP client maps nothing), and the session's end hook, which releases
+// the words naming its slot, is registered.
+func (c *conn) fastpathAllowed() error {
+	if c.srv.mgr.FastSegment() == nil {
+		return wire.Errorf(wire.CodeUnknownOp, "the fast path is disabled on this server")
+	}
+	if c.nc.LocalAddr().Network() != "unix" {
+		return wire.Errorf(wire.CodeUnknownOp, "the fast path is only for Unix-socket clients")
+	}
+	if !c.srv.mgr.AttachFastPath(c.sess) {
+		return wire.Errorf(wire.CodeUnknownOp, "the fast path is not available to this session")
+	}
+	return nil
+}

@@ -1,0 +1,18 @@
+// Package statemem keeps the state words of small synchronization objects
+// (Lock, RLock, Semaphore, BoundedSemaphore, Event, numeric Value) in one
+// daemon-owned shared-memory segment, so that clients on the daemon's host
+// can change them with one compare-and-swap and sleep on them with a futex,
+// without a round trip to the daemon.
+//
+// The daemon stays the arbiter: it creates the segment (mode 0600, never
+// adopted from another user), allocates one 64-byte object slot per object,
+// and runs its own socket-path ops on the same words with the same
+// compare-and-swap protocol. When it has waiters of its own queued on an
+// object it sets the word's daemon bit (BitDaemon), which sends every client
+// to the socket path for that object until the queue is empty. When a
+// session ends it releases the words that name the session's slot id.
+//
+// The layout (layout.go) is the contract with the C extension of the Python
+// client (pyclient/syncmgr/_fastpath.c); docs/protocol.md, section "Same-host
+// fast path", describes it for other implementations.
+package statemem

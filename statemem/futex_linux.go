@@ -1,0 +1,33 @@
+package statemem
+
+import (
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Shared (not FUTEX_PRIVATE) futex ops: other processes map the words.
+const (
+	futexWait = 0
+	futexWake = 1
+)
+
+// futexWaitWord sleeps while the low 32 bits of *w equal val, for at most
+// d (d <= 0: until woken). It returns on a wake, a change of the word
+// (EAGAIN), a signal or the timeout alike; callers re-read the word and
+// recompute the time left.
+func futexWaitWord(w *uint64, val uint32, d time.Duration) {
+	var tsp unsafe.Pointer
+	var ts unix.Timespec
+	if d > 0 {
+		ts = unix.NsecToTimespec(int64(d))
+		tsp = unsafe.Pointer(&ts)
+	}
+	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWait, uintptr(val), uintptr(tsp), 0, 0)
+}
+
+// WakeAll wakes every process asleep on the word at w.
+func WakeAll(w *uint64) {
+	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWake, uintptr(1<<31-1), 0, 0, 0)
+}

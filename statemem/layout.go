@@ -1,0 +1,90 @@
+package statemem
+
+// Segment layout. Everything is native byte order; the futex word of an
+// object is the low 32 bits of its state word, which on the little-endian
+// hosts syncmgr supports (amd64, arm64) is the word's first four bytes.
+//
+//	offset 0     header (one object slot's worth, 64 bytes)
+//	offset 64*i  object slot i, i = 1 .. Capacity-1
+//
+// Header:
+//
+//	0   u64  Magic
+//	8   u32  Version
+//	12  u32  SlotSize (64)
+//	16  u32  Capacity (object slots including the header)
+//	20  u32  reserved
+//
+// Object slot (64 bytes, one cache line, so that hot words of different
+// objects never share a line):
+//
+//	0   u64  state word (futex word = bits 0-31)
+//	8   u64  aux: owner thread id (Lock, RLock), value bits (Value)
+//	16  u32  tag: kind (bits 0-7) | generation (bits 8-31); 0 = free slot
+//	20  u32  reserved
+//	24  u64  bound: a BoundedSemaphore's initial value; a Value's type class
+//	32..63   reserved, zero
+const (
+	Magic    uint64 = 0x5752474d434e5953 // "SYNCMGRW" read as a little-endian u64
+	Version  uint32 = 1
+	SlotSize        = 64
+
+	OffState = 0
+	OffAux   = 8
+	OffTag   = 16
+	OffBound = 24
+)
+
+// Bits of a state word. Bits 0-28 hold the owner's slot id (Lock, RLock),
+// the free units (Semaphore) or the flag and generation (Event). Bits 29 and
+// 30 are the same for every kind. Bit 31 is always 0. Bits 32-63 hold an
+// RLock's recursion depth.
+const (
+	// MaskLow selects the owner slot / unit count / flag+generation.
+	MaskLow uint64 = 1<<29 - 1
+	// BitWaiters: clients may be asleep in FUTEX_WAIT on the word; whoever
+	// frees the lock or sets the event must wake them (FUTEX_WAKE, all).
+	BitWaiters uint64 = 1 << 29
+	// BitDaemon: the daemon has waiters of its own queued on the object (or
+	// keeps the object on the socket path for good). Clients must not take
+	// or hand over the object by CAS while it is set: they send the op to
+	// the daemon. Only the daemon sets and clears it.
+	BitDaemon uint64 = 1 << 30
+
+	// MaxSlot is the largest session slot id a word can hold; a session
+	// with a larger slot id is refused the fast path.
+	MaxSlot = uint32(MaskLow)
+
+	// DepthShift and DepthOne place an RLock's depth in bits 32-63.
+	DepthShift        = 32
+	DepthOne   uint64 = 1 << DepthShift
+
+	// EventFlag is an Event's flag; EventGenOne is one step of its
+	// generation (bits 1-28), bumped by every set so that a waiter notices
+	// a set followed at once by a clear.
+	EventFlag   uint64 = 1
+	EventGenOne uint64 = 2
+	EventGenMax uint64 = MaskLow &^ EventFlag
+)
+
+// Kind codes in an object slot's tag.
+const (
+	KindFree             uint8 = 0
+	KindLock             uint8 = 1
+	KindRLock            uint8 = 2
+	KindSemaphore        uint8 = 3
+	KindBoundedSemaphore uint8 = 4
+	KindEvent            uint8 = 5
+	KindValue            uint8 = 6
+)
+
+// Value type classes, kept in a Value slot's bound field so that any client
+// can apply a typecode's arithmetic: the low byte is the class, the next
+// byte the width in bits.
+const (
+	ClassSigned   uint8 = 'i' // two's complement, wraps at the width
+	ClassUnsigned uint8 = 'u' // wraps at the width
+	ClassDouble   uint8 = 'd' // float64 bits
+	ClassFloat    uint8 = 'f' // float64 bits of a value rounded to float32
+	ClassBool     uint8 = '?' // 0 or 1
+)

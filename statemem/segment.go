@@ -1,0 +1,284 @@
+package statemem
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// littleEndian is checked once: the futex reads a word's first four bytes,
+// which must be its low half.
+var littleEndian = func() bool {
+	x := uint64(1)
+	return *(*byte)(unsafe.Pointer(&x)) == 1
+}()
+
+// Ref names an object slot: its byte offset in the segment and the tag the
+// daemon wrote there (kind and generation), which a client checks before it
+// trusts the offset.
+type Ref struct {
+	Off uint32
+	Tag uint32
+}
+
+// Kind returns the kind code in r's tag.
+func (r Ref) Kind() uint8 { return uint8(r.Tag) }
+
+// Segment is a mapped state segment. The daemon creates it with Create and
+// allocates object slots in it; a client maps it with Open and only uses the
+// words at the offsets the daemon gave it.
+type Segment struct {
+	path  string
+	owner bool // created here: Close unlinks
+	mem   []byte
+	cap   uint32
+
+	mu   sync.Mutex
+	next uint32   // lowest slot index never handed out
+	free []uint32 // freed slot indexes, reused oldest first
+	gen  []uint32 // per slot: generation of its last allocation
+}
+
+// Create makes a segment of capacity object slots (the header included) as a
+// new file called name in dir: the daemon's private directory or a sticky
+// tmpfs such as /dev/shm. A regular file of this user already there is a
+// segment left by a daemon that was killed on the same address: it is
+// removed first. Anything else there (another user's file, a symlink) is an
+// error. The file is created with O_EXCL and O_NOFOLLOW, mode 0600, so a file
+// or symlink planted meanwhile is never adopted.
+func Create(dir, name string, capacity int) (*Segment, error) {
+	if !littleEndian {
+		return nil, ErrBigEndian
+	}
+	if capacity < 2 || capacity > 1<<24 {
+		return nil, fmt.Errorf("statemem: capacity %d out of range [2, %d]", capacity, 1<<24)
+	}
+	if name == "" || strings.ContainsAny(name, "/\x00") || name == "." || name == ".." {
+		return nil, fmt.Errorf("statemem: bad segment name %q", name)
+	}
+	path := filepath.Join(dir, name)
+	var st unix.Stat_t
+	if err := unix.Lstat(path, &st); err == nil {
+		if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Uid != uint32(os.Geteuid()) {
+			return nil, fmt.Errorf("statemem: %s exists and is not this user's file", path)
+		}
+		if err := unix.Unlink(path); err != nil {
+			return nil, fmt.Errorf("statemem: remove stale %s: %w", path, err)
+		}
+	}
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("statemem: create %s: %w", path, err)
+	}
+	defer unix.Close(fd)
+	size := int64(capacity) * SlotSize
+	fail := func(err error) (*Segment, error) {
+		unix.Unlink(path)
+		return nil, err
+	}
+	if err := checkFile(fd, 0); err != nil {
+		return fail(err)
+	}
+	if err := unix.Ftruncate(fd, size); err != nil {
+		return fail(fmt.Errorf("statemem: size %s: %w", path, err))
+	}
+	// Reserve the pages now: a full tmpfs then fails here, not later as a
+	// SIGBUS in whichever process touches the page first.
+	if err := unix.Fallocate(fd, 0, 0, size); err != nil && err != unix.EOPNOTSUPP {
+		return fail(fmt.Errorf("statemem: reserve %s: %w", path, err))
+	}
+	mem, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return fail(fmt.Errorf("statemem: map %s: %w", path, err))
+	}
+	s := &Segment{path: path, owner: true, mem: mem, cap: uint32(capacity), next: 1, gen: make([]uint32, capacity)}
+	*(*uint32)(unsafe.Pointer(&mem[8])) = Version
+	*(*uint32)(unsafe.Pointer(&mem[12])) = SlotSize
+	*(*uint32)(unsafe.Pointer(&mem[16])) = uint32(capacity)
+	atomic.StoreUint64((*uint64)(unsafe.Pointer(&mem[0])), Magic)
+	return s, nil
+}
+
+// checkFile accepts only a regular file of this user, with no access for
+// group or others, of the given size (want < 0: any size).
+func checkFile(fd int, want int64) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("statemem: stat: %w", err)
+	}
+	switch {
+	case st.Mode&unix.S_IFMT != unix.S_IFREG:
+		return fmt.Errorf("%w: not a regular file", ErrBadSegment)
+	case st.Uid != uint32(os.Geteuid()):
+		return fmt.Errorf("%w: owned by uid %d, not %d", ErrBadSegment, st.Uid, os.Geteuid())
+	case st.Mode&0o077 != 0:
+		return fmt.Errorf("%w: mode %#o allows other users", ErrBadSegment, st.Mode&0o777)
+	case want >= 0 && st.Size != want:
+		return fmt.Errorf("%w: size %d, want %d", ErrBadSegment, st.Size, want)
+	}
+	return nil
+}
+
+// Open maps an existing segment of size bytes read-write, as a client does
+// with the path the daemon gave it. The file must be a regular file of this
+// user, mode 0600 or stricter, of exactly that size, with a valid header.
+func Open(path string, size int64) (*Segment, error) {
+	if !littleEndian {
+		return nil, ErrBigEndian
+	}
+	if size < 2*SlotSize || size%SlotSize != 0 || size > (1<<24)*SlotSize {
+		return nil, fmt.Errorf("%w: size %d", ErrBadSegment, size)
+	}
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("statemem: open %s: %w", path, err)
+	}
+	defer unix.Close(fd)
+	if err := checkFile(fd, size); err != nil {
+		return nil, err
+	}
+	mem, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("statemem: map %s: %w", path, err)
+	}
+	s := &Segment{path: path, mem: mem, cap: uint32(size / SlotSize)}
+	if atomic.LoadUint64((*uint64)(unsafe.Pointer(&mem[0]))) != Magic ||
+		*(*uint32)(unsafe.Pointer(&mem[8])) != Version ||
+		*(*uint32)(unsafe.Pointer(&mem[12])) != SlotSize ||
+		*(*uint32)(unsafe.Pointer(&mem[16])) != s.cap {
+		unix.Munmap(mem)
+		return nil, fmt.Errorf("%w: bad header", ErrBadSegment)
+	}
+	return s, nil
+}
+
+// Path returns the segment's file name.
+func (s *Segment) Path() string { return s.path }
+
+// Size returns the segment's size in bytes.
+func (s *Segment) Size() int64 { return int64(len(s.mem)) }
+
+// Capacity returns the number of object slots, the header included.
+func (s *Segment) Capacity() int { return int(s.cap) }
+
+// Alloc gives a new object of kind a zeroed slot, its state word set to
+// state and its bound field to bound. Freed slots are reused oldest first,
+// and only once no fresh slot is left, so that a client still holding a
+// stale offset (of a deleted object) is unlikely to meet a new object there.
+func (s *Segment) Alloc(kind uint8, state, bound uint64) (Ref, error) {
+	s.mu.Lock()
+	var i uint32
+	switch {
+	case s.next < s.cap:
+		i = s.next
+		s.next++
+	case len(s.free) > 0:
+		i = s.free[0]
+		s.free = s.free[1:]
+	default:
+		s.mu.Unlock()
+		return Ref{}, ErrFull
+	}
+	s.gen[i] = (s.gen[i] + 1) & (1<<24 - 1)
+	if s.gen[i] == 0 {
+		s.gen[i] = 1
+	}
+	tag := uint32(kind) | s.gen[i]<<8
+	s.mu.Unlock()
+	off := i * SlotSize
+	atomic.StoreUint64(s.Aux(off), 0)
+	atomic.StoreUint64(s.Bound(off), bound)
+	atomic.StoreUint64(s.State(off), state)
+	atomic.StoreUint32(s.Tag(off), tag)
+	return Ref{Off: off, Tag: tag}, nil
+}
+
+// Free retires the object at off: its tag reads free and its state word
+// carries BitDaemon, so a client with a stale offset goes to the daemon
+// (which answers that the object is gone). Sleepers on the word are woken.
+func (s *Segment) Free(off uint32) {
+	atomic.StoreUint32(s.Tag(off), 0)
+	atomic.StoreUint64(s.State(off), BitDaemon)
+	WakeAll(s.State(off))
+	s.mu.Lock()
+	s.free = append(s.free, off/SlotSize)
+	s.mu.Unlock()
+}
+
+// Valid reports whether off is an object slot's offset in s.
+func (s *Segment) Valid(off uint32) bool {
+	return off >= SlotSize && off%SlotSize == 0 && off/SlotSize < s.cap
+}
+
+func (s *Segment) at(off uint32, field uint32) unsafe.Pointer {
+	if !s.Valid(off) {
+		panic(fmt.Sprintf("statemem: bad object offset %d", off))
+	}
+	return unsafe.Pointer(&s.mem[off+field])
+}
+
+// State returns the state word of the object at off.
+func (s *Segment) State(off uint32) *uint64 { return (*uint64)(s.at(off, OffState)) }
+
+// Aux returns the aux word (owner thread, value bits) of the object at off.
+func (s *Segment) Aux(off uint32) *uint64 { return (*uint64)(s.at(off, OffAux)) }
+
+// Tag returns the tag of the object at off.
+func (s *Segment) Tag(off uint32) *uint32 { return (*uint32)(s.at(off, OffTag)) }
+
+// Bound returns the bound field of the object at off.
+func (s *Segment) Bound(off uint32) *uint64 { return (*uint64)(s.at(off, OffBound)) }
+
+// Owned returns the offsets of the Lock and RLock objects whose state word
+// names slot as owner, for the daemon to release when that session ends.
+func (s *Segment) Owned(slot uint32) []uint32 {
+	s.mu.Lock()
+	n := s.next
+	s.mu.Unlock()
+	var out []uint32
+	for i := uint32(1); i < n; i++ {
+		off := i * SlotSize
+		k := uint8(atomic.LoadUint32(s.Tag(off)))
+		if (k == KindLock || k == KindRLock) && uint32(atomic.LoadUint64(s.State(off))&MaskLow) == slot {
+			out = append(out, off)
+		}
+	}
+	return out
+}
+
+// Remove removes the daemon's file but keeps the mapping, for a daemon
+// that stops: goroutines may still touch words until the process exits, and
+// clients' mappings stay valid until they unmap.
+func (s *Segment) Remove() error {
+	if !s.owner {
+		return nil
+	}
+	if err := os.Remove(s.path); err != nil && !os.IsNotExist(err) {
+		return fmt.Errorf("statemem: remove %s: %w", s.path, err)
+	}
+	return nil
+}
+
+// Close unmaps the segment; the daemon's copy also removes the file (maps
+// in other processes stay valid until they unmap).
+func (s *Segment) Close() error {
+	var err error
+	if s.owner {
+		if e := os.Remove(s.path); e != nil && !os.IsNotExist(e) {
+			err = fmt.Errorf("statemem: remove %s: %w", s.path, e)
+		}
+	}
+	if s.mem != nil {
+		if e := unix.Munmap(s.mem); e != nil && err == nil {
+			err = fmt.Errorf("statemem: unmap: %w", e)
+		}
+		s.mem = nil
+	}
+	return err
+}

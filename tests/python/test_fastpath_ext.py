@@ -1,0 +1,269 @@
+"""The C extension syncmgr._fastpath on a segment made here, without a daemon.
+
+The segment's layout is the daemon's (statemem/layout.go); these tests write
+its header themselves so that the word operations can be checked alone:
+mutual exclusion across processes, futex waits with timeouts, Ctrl-C during
+a wait, RLock ownership, Event generations and Value arithmetic.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import struct
+import tempfile
+import time
+from collections.abc import Iterator
+
+import pytest
+
+fp = pytest.importorskip("syncmgr._fastpath")
+
+MAGIC = 0x5752474D434E5953
+SLOTS = 8
+SIZE = SLOTS * 64
+BIT_WAITERS = 1 << 29
+BIT_DAEMON = 1 << 30
+LOCK, RLOCK, EVENT, VALUE = 64, 128, 192, 256  # object offsets used below
+CTX = mp.get_context("fork")
+
+
+def make_segment(path: str) -> None:
+    with open(path, "wb") as f:
+        f.write(struct.pack("<QIII", MAGIC, 1, 64, SLOTS).ljust(SIZE, b"\0"))
+    os.chmod(path, 0o600)
+
+
+def open_segment(path: str) -> fp.Segment:
+    fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
+    try:
+        return fp.Segment(fd, SIZE)
+    finally:
+        os.close(fd)
+
+
+@pytest.fixture
+def seg_path() -> Iterator[str]:
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "seg")
+        make_segment(path)
+        yield path
+
+
+@pytest.fixture
+def seg(seg_path: str) -> fp.Segment:
+    return open_segment(seg_path)
+
+
+def test_refuses_bad_files(seg_path: str) -> None:
+    os.chmod(seg_path, 0o644)
+    with pytest.raises(PermissionError):
+        open_segment(seg_path)
+    os.chmod(seg_path, 0o600)
+    fd = os.open(seg_path, os.O_RDWR)
+    try:
+        with pytest.raises(PermissionError):
+            fp.Segment(fd, SIZE + 64)  # size differs from the file's
+        with pytest.raises(ValueError):
+            fp.Segment(fd, 100)
+        os.pwrite(fd, b"\0" * 8, 0)
+        with pytest.raises(ValueError, match="header"):
+            fp.Segment(fd, SIZE)
+    finally:
+        os.close(fd)
+
+
+def test_bad_arguments(seg: fp.Segment) -> None:
+    for off in (0, 65, SIZE, -64):
+        with pytest.raises((ValueError, OverflowError)):
+            seg.lock_acquire(off, 1, 1, 0)
+    with pytest.raises(ValueError):
+        seg.lock_acquire(LOCK, 0, 1, 0)  # slot 0 is nobody
+    with pytest.raises(ValueError):
+        seg.lock_acquire(LOCK, 1 << 29, 1, 0)
+    with pytest.raises(ValueError):
+        seg.lock_acquire(LOCK, 1, 1, float("nan"))
+    with pytest.raises(TypeError):
+        seg.lock_acquire(LOCK, 1, 1)
+    with pytest.raises(ValueError):
+        seg.value_get(VALUE, ord("x"))
+    assert seg.state(LOCK) == 0, "a refused call changed the word"
+
+
+def test_lock(seg: fp.Segment) -> None:
+    assert seg.lock_release(LOCK) == fp.NOT_OWNER
+    assert seg.lock_acquire(LOCK, 3, 42, 0) == fp.OK
+    assert seg.state(LOCK) == 3
+    assert seg.lock_acquire(LOCK, 4, 1, 0) == fp.BUSY
+    t0 = time.monotonic()
+    assert seg.lock_acquire(LOCK, 4, 1, 0.05) == fp.BUSY
+    assert time.monotonic() - t0 >= 0.05
+    assert seg.state(LOCK) == 3 | BIT_WAITERS
+    assert seg.lock_release(LOCK) == fp.OK
+    assert seg.state(LOCK) == 0
+
+
+def test_daemon_bit_changes_nothing(seg: fp.Segment, seg_path: str) -> None:
+    assert seg.lock_acquire(LOCK, 3, 42, 0) == fp.OK
+    fd = os.open(seg_path, os.O_RDWR)
+    os.pwrite(fd, struct.pack("<Q", 3 | BIT_DAEMON), LOCK)
+    os.pwrite(fd, struct.pack("<Q", BIT_DAEMON), EVENT)
+    os.close(fd)
+    assert seg.lock_release(LOCK) == fp.DAEMON
+    assert seg.lock_acquire(LOCK, 4, 1, -1) == fp.DAEMON
+    assert seg.state(LOCK) == 3 | BIT_DAEMON
+    assert seg.event_set(EVENT) == fp.DAEMON
+    assert not seg.event_is_set(EVENT)
+
+
+def _count(path: str, slot: int, n: int) -> None:
+    s = open_segment(path)
+    mem = os.open(path, os.O_RDWR)
+    for _ in range(n):
+        assert s.lock_acquire(LOCK, slot, os.getpid(), -1) == fp.OK
+        # a plain read-modify-write of a field outside the words, under the lock
+        (v,) = struct.unpack("<Q", os.pread(mem, 8, LOCK + 32))
+        os.pwrite(mem, struct.pack("<Q", v + 1), LOCK + 32)
+        assert s.lock_release(LOCK) == fp.OK
+    os.close(mem)
+
+
+def test_lock_mutual_exclusion_across_processes(seg_path: str) -> None:
+    procs = [CTX.Process(target=_count, args=(seg_path, i + 1, 2000)) for i in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    with open(seg_path, "rb") as f:
+        f.seek(LOCK + 32)
+        assert struct.unpack("<Q", f.read(8))[0] == 6000
+
+
+def _take_and_report(path: str, q: mp.Queue, timeout: float) -> None:
+    s = open_segment(path)
+    q.put("waiting")
+    t0 = time.monotonic()
+    r = s.lock_acquire(LOCK, 7, 1, timeout)
+    q.put((r, time.monotonic() - t0))
+
+
+def test_release_wakes_a_sleeper(seg: fp.Segment, seg_path: str) -> None:
+    assert seg.lock_acquire(LOCK, 3, 1, 0) == fp.OK
+    q: mp.Queue = CTX.Queue()
+    p = CTX.Process(target=_take_and_report, args=(seg_path, q, 30.0))
+    p.start()
+    assert q.get(timeout=10) == "waiting"
+    deadline = time.monotonic() + 10
+    while not seg.state(LOCK) & BIT_WAITERS:
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    assert seg.lock_release(LOCK) == fp.OK
+    r, waited = q.get(timeout=10)
+    assert r == fp.OK and waited < 10
+    p.join(10)
+    assert seg.state(LOCK) & 0x1FFFFFFF == 7
+
+
+def _sleep_forever(path: str, q: mp.Queue) -> None:
+    s = open_segment(path)
+    q.put("waiting")
+    try:
+        s.lock_acquire(LOCK, 8, 1, -1)
+        q.put("acquired")
+    except KeyboardInterrupt:
+        q.put(("interrupted", s.state(LOCK) & 0x1FFFFFFF))
+
+
+def test_ctrl_c_during_a_wait_takes_nothing(seg: fp.Segment, seg_path: str) -> None:
+    assert seg.lock_acquire(LOCK, 3, 1, 0) == fp.OK
+    q: mp.Queue = CTX.Queue()
+    p = CTX.Process(target=_sleep_forever, args=(seg_path, q))
+    p.start()
+    assert q.get(timeout=10) == "waiting"
+    deadline = time.monotonic() + 10
+    while not seg.state(LOCK) & BIT_WAITERS:
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    time.sleep(0.05)
+    os.kill(p.pid, signal.SIGINT)
+    assert q.get(timeout=10) == ("interrupted", 3)
+    p.join(10)
+    assert seg.state(LOCK) & 0x1FFFFFFF == 3, "the interrupted waiter must not hold the lock"
+
+
+def test_rlock(seg: fp.Segment) -> None:
+    for _ in range(3):
+        assert seg.rlock_acquire(RLOCK, 2, 10, 0) == fp.OK
+    assert seg.state(RLOCK) == 2 | 3 << 32
+    assert seg.rlock_acquire(RLOCK, 2, 11, 0) == fp.BUSY  # another thread
+    assert seg.rlock_acquire(RLOCK, 5, 10, 0) == fp.BUSY  # another session
+    assert seg.rlock_release(RLOCK, 2, 11) == fp.NOT_OWNER
+    assert seg.rlock_release(RLOCK, 5, 10) == fp.NOT_OWNER
+    for _ in range(3):
+        assert seg.rlock_release(RLOCK, 2, 10) == fp.OK
+    assert seg.state(RLOCK) == 0
+    assert seg.rlock_release(RLOCK, 2, 10) == fp.NOT_OWNER
+    # Thread ids are Python ints of either sign.
+    assert seg.rlock_acquire(RLOCK, 2, -5, 0) == fp.OK
+    assert seg.rlock_acquire(RLOCK, 2, (1 << 64) - 5, 0) == fp.OK
+    assert seg.rlock_release(RLOCK, 2, -5) == fp.OK
+    assert seg.rlock_release(RLOCK, 2, -5) == fp.OK
+
+
+def _event_waiter(path: str, q: mp.Queue) -> None:
+    s = open_segment(path)
+    q.put("waiting")
+    q.put(s.event_wait(EVENT, 30.0))
+
+
+def test_event(seg: fp.Segment, seg_path: str) -> None:
+    assert not seg.event_is_set(EVENT)
+    assert seg.event_wait(EVENT, 0) is False
+    t0 = time.monotonic()
+    assert seg.event_wait(EVENT, 0.05) is False
+    assert time.monotonic() - t0 >= 0.05
+    q: mp.Queue = CTX.Queue()
+    p = CTX.Process(target=_event_waiter, args=(seg_path, q))
+    p.start()
+    assert q.get(timeout=10) == "waiting"
+    time.sleep(0.1)
+    # A set followed at once by a clear still releases the waiter.
+    assert seg.event_set(EVENT) == fp.OK
+    seg.event_clear(EVENT)
+    assert q.get(timeout=10) is True
+    p.join(10)
+    assert seg.event_set(EVENT) == fp.OK
+    assert seg.event_is_set(EVENT) and seg.event_wait(EVENT, -1)
+
+
+def cls(c: str, width: int = 0) -> int:
+    return ord(c) | width << 8
+
+
+def test_value(seg: fp.Segment) -> None:
+    i8, u16, q, d, f, b = cls("i", 8), cls("u", 16), cls("i", 64), cls("d"), cls("f"), cls("?")
+    seg.value_set(VALUE, i8, 127)
+    assert seg.value_add(VALUE, i8, 1) == -128
+    with pytest.raises(OverflowError):
+        seg.value_set(VALUE, i8, 128)
+    assert seg.value_get(VALUE, i8) == -128, "a refused set changed the value"
+    seg.value_set(VALUE, u16, 0)
+    assert seg.value_add(VALUE, u16, -1) == 65535
+    seg.value_set(VALUE, q, -(1 << 63))
+    assert seg.value_get(VALUE, q) == -(1 << 63)
+    assert seg.value_cas(VALUE, q, -(1 << 63), 5) is True
+    assert seg.value_cas(VALUE, q, 4, 6) is False
+    assert seg.value_cas(VALUE, q, 1 << 70, 6) is False
+    assert seg.value_get(VALUE, q) == 5
+    seg.value_set(VALUE, d, 0.1)
+    assert seg.value_add(VALUE, d, 0.2) == 0.1 + 0.2
+    seg.value_set(VALUE, f, 0.1)
+    assert seg.value_get(VALUE, f) == struct.unpack("f", struct.pack("f", 0.1))[0]
+    assert seg.value_cas(VALUE, f, struct.unpack("f", struct.pack("f", 0.1))[0], 2.5) is True
+    assert seg.value_get(VALUE, f) == 2.5
+    seg.value_set(VALUE, b, 7)
+    assert seg.value_get(VALUE, b) is True
+    with pytest.raises(TypeError):
+        seg.value_add(VALUE, b, 1)
