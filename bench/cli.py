@@ -108,7 +108,7 @@ def run_targets(out: Optional[str]) -> int:
     if not os.path.exists(script):
         return 0
     cmd = [sys.executable, script] + (["--out", out] if out else ["--no-docs"])
-    log("targets: " + " ".join(cmd))
+    log("targets (expected about 5 min; the whole make bench about 8-10 min): " + " ".join(cmd))
     return subprocess.call(cmd)
 
 
