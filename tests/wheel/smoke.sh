@@ -62,7 +62,7 @@ if "$python" -m venv "$work/aw" && "$work/aw/bin/python" -m pip install -q --dis
   "$python" - "$name" "$show" <<'PY'
 import re, sys
 ours = tuple(map(int, re.search(r"manylinux_(\d+)_(\d+)_", sys.argv[1]).groups()))
-m = re.search(r'consistent with the following platform tag: "manylinux_(\d+)_(\d+)_', sys.argv[2])
+m = re.search(r'consistent\s+with\s+the\s+following\s+platform\s+tag:\s+"manylinux_(\d+)_(\d+)_', sys.argv[2])  # auditwheel wraps long lines
 assert m, sys.argv[2]
 need = tuple(map(int, m.groups()))
 assert need <= ours, f"auditwheel says glibc {need} is needed, the tag claims {ours}"
