@@ -55,6 +55,8 @@ BEGIN, END = "<!-- targets:begin -->", "<!-- targets:end -->"
 FAST, SOCK, SYNCM, MPL = "syncmgr", "syncmgr socket", "SyncManager", "multiprocessing"
 SYSTEMS = (FAST, SOCK, SYNCM, MPL)
 NOFAST = {"SYNCMGR_FASTPATH": "0"}
+# The Python client takes the fast path only when asked (docs/decisions.md).
+FASTON = {"SYNCMGR_FASTPATH": "1"}
 
 _T0 = time.monotonic()
 _CHILDREN: list[Any] = []
@@ -93,7 +95,7 @@ def env(extra: dict[str, str]):  # type: ignore[no-untyped-def]
 
 
 def env_of(system: str) -> dict[str, str]:
-    return NOFAST if system == SOCK else {}
+    return NOFAST if system == SOCK else (FASTON if system == FAST else {})
 
 
 def fork() -> Any:
@@ -703,7 +705,7 @@ def run(args: argparse.Namespace, only: set[str]) -> dict[str, Any]:
         R["fast_state"] = probe
         log(f"fast path: {probe[FAST]}; socket column: {probe[SOCK]}")
         contexts: dict[str, tuple[Callable[[], Any], dict[str, str]]] = {
-            FAST: (lambda: m, {}), SOCK: (lambda: m, dict(NOFAST)),
+            FAST: (lambda: m, dict(FASTON)), SOCK: (lambda: m, dict(NOFAST)),
             SYNCM: (lambda: sm, {}), MPL: (lambda: mp.get_context(), {})}
         parts: dict[str, Callable[[], Any]] = {
             "micro": lambda: run_micro(m, sm, cfg["rounds"], cfg["batch_s"], keep),

@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
@@ -47,5 +49,49 @@ func DialEnv(ctx context.Context, opts ...Option) (*Client, error) {
 		return nil, ErrNoKey
 	}
 	label := fmt.Sprintf("%s[%d]", filepath.Base(os.Args[0]), os.Getpid())
-	return Dial(ctx, DefaultAddress(), key, append([]Option{WithLabel(label)}, opts...)...)
+	defaults := []Option{WithLabel(label)}
+	tcfg, err := TLSFromEnv()
+	if err != nil {
+		return nil, err
+	}
+	if tcfg != nil {
+		defaults = append(defaults, WithTLS(tcfg))
+	}
+	return Dial(ctx, DefaultAddress(), key, append(defaults, opts...)...)
+}
+
+// The TLS variables, the same the Python client reads (and
+// Manager.runtime_env passes to Ray workers).
+const (
+	EnvTLSCA         = "SYNCMGR_TLS_CA"          // CA file (PEM) to trust; setting it turns TLS on
+	EnvTLSCert       = "SYNCMGR_TLS_CERT"        // client certificate (PEM), optional
+	EnvTLSKey        = "SYNCMGR_TLS_KEY"         // its private key (PEM)
+	EnvTLSServerName = "SYNCMGR_TLS_SERVER_NAME" // name to check the server's certificate against
+)
+
+// TLSFromEnv builds the TLS configuration the environment asks for, or nil
+// when $SYNCMGR_TLS_CA is unset (plain connections).
+func TLSFromEnv() (*tls.Config, error) {
+	ca := os.Getenv(EnvTLSCA)
+	if ca == "" {
+		return nil, nil
+	}
+	pem, err := os.ReadFile(ca)
+	if err != nil {
+		return nil, fmt.Errorf("syncmgr: read %s=%s: %w", EnvTLSCA, ca, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("syncmgr: %s=%s holds no PEM certificate", EnvTLSCA, ca)
+	}
+	cfg := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12, ServerName: os.Getenv(EnvTLSServerName)}
+	certFile, keyFile := os.Getenv(EnvTLSCert), os.Getenv(EnvTLSKey)
+	if certFile != "" || keyFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("syncmgr: load %s/%s: %w", EnvTLSCert, EnvTLSKey, err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
 }

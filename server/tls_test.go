@@ -8,8 +8,12 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/pem"
 	"math/big"
 	"net"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -89,5 +93,59 @@ func TestTLSListener(t *testing.T) {
 	defer pcancel()
 	if _, err := proxy.Dial(pctx, addr, key); err == nil {
 		t.Fatal("plain dial to a TLS listener succeeded")
+	}
+}
+
+// TestDialEnvReadsTLSFromTheEnvironment: a Go worker configured only by the
+// variables Manager.runtime_env() hands out reaches a TLS daemon.
+func TestDialEnvReadsTLSFromTheEnvironment(t *testing.T) {
+	cert, _ := selfSigned(t)
+	key := []byte("tls-env-test-key-0123456789")
+	srv, err := server.New(server.Config{Key: key, Logger: zerolog.Nop()}, manager.New(manager.DefaultConfig()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := server.ListenTCP("127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+	})
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(proxy.EnvAddress, "tcp://"+ln.Addr().String())
+	t.Setenv("SYNCMGR_AUTHKEY", hex.EncodeToString(key))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+
+	t.Setenv(proxy.EnvTLSCA, "")
+	pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+	defer pcancel()
+	if c, err := proxy.DialEnv(pctx); err == nil {
+		c.Close()
+		t.Fatal("DialEnv without TLS settings reached the TLS port")
+	}
+	t.Setenv(proxy.EnvTLSCA, ca)
+	c, err := proxy.DialEnv(ctx)
+	if err != nil {
+		t.Fatalf("DialEnv with %s: %v", proxy.EnvTLSCA, err)
+	}
+	defer c.Close()
+	ev, err := c.Event(ctx, "tls-env")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ev.Set(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(proxy.EnvTLSCA, filepath.Join(t.TempDir(), "missing.pem"))
+	if _, err := proxy.DialEnv(ctx); err == nil {
+		t.Fatal("DialEnv with a missing CA file succeeded")
 	}
 }
