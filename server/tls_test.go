@@ -50,9 +50,9 @@ func selfSigned(t *testing.T) (tls.Certificate, *x509.CertPool) {
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: priv}, pool
 }
 
-func TestTLSListener(t *testing.T) {
-	cert, pool := selfSigned(t)
-	key := []byte("tls-test-key")
+// serveTLS runs a daemon with key on a TLS listener on 127.0.0.1 until the test ends.
+func serveTLS(t *testing.T, key []byte, cert tls.Certificate) net.Listener {
+	t.Helper()
 	srv, err := server.New(server.Config{Key: key, Logger: zerolog.Nop()}, manager.New(manager.DefaultConfig()))
 	if err != nil {
 		t.Fatal(err)
@@ -67,6 +67,13 @@ func TestTLSListener(t *testing.T) {
 		defer cancel()
 		srv.Shutdown(ctx)
 	})
+	return ln
+}
+
+func TestTLSListener(t *testing.T) {
+	cert, pool := selfSigned(t)
+	key := []byte("tls-test-key")
+	ln := serveTLS(t, key, cert)
 	addr := "tcp://" + ln.Addr().String()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -101,20 +108,7 @@ func TestTLSListener(t *testing.T) {
 func TestDialEnvReadsTLSFromTheEnvironment(t *testing.T) {
 	cert, _ := selfSigned(t)
 	key := []byte("tls-env-test-key-0123456789")
-	srv, err := server.New(server.Config{Key: key, Logger: zerolog.Nop()}, manager.New(manager.DefaultConfig()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := server.ListenTCP("127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-	})
+	ln := serveTLS(t, key, cert)
 	ca := filepath.Join(t.TempDir(), "ca.pem")
 	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]}), 0o600); err != nil {
 		t.Fatal(err)

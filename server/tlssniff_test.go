@@ -7,11 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
-	"github.com/syncmgr/syncmgr/manager"
 	"github.com/syncmgr/syncmgr/proxy"
-	"github.com/syncmgr/syncmgr/server"
 )
 
 // TestPlaintextClientOnTLSPortIsTold (issue 12, item 5): a client that
@@ -21,25 +17,12 @@ import (
 func TestPlaintextClientOnTLSPortIsTold(t *testing.T) {
 	cert, pool := selfSigned(t)
 	key := []byte("tls-sniff-test-key")
-	srv, err := server.New(server.Config{Key: key, Logger: zerolog.Nop()}, manager.New(manager.DefaultConfig()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := server.ListenTCP("127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-	})
+	ln := serveTLS(t, key, cert)
 	addr := "tcp://" + ln.Addr().String()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	start := time.Now()
-	_, err = proxy.Dial(ctx, addr, key)
+	_, err := proxy.Dial(ctx, addr, key)
 	if err == nil || !strings.Contains(err.Error(), "requires TLS") {
 		t.Fatalf("plain dial to a TLS port: %v, want an error saying it requires TLS", err)
 	}
