@@ -150,3 +150,24 @@ def test_connections_and_handshake_failures_by_transport():
         assert _value(text, 'syncmgr_ops_total{kind="event",op="set",result="ok"}') == 1
     finally:
         d.stop()
+
+
+def test_fast_path_attaches_are_counted(daemon, monkeypatch):
+    """The daemon cannot see uncontended fast-path ops (that is the point);
+    it counts what it does see: attaches and word references, and refusals
+    (which send a client to the socket path) by result."""
+    from syncmgr import _fast
+
+    base = _endpoint(daemon)
+    _, _, before = _get(base + "/metrics")
+    monkeypatch.setenv("SYNCMGR_FASTPATH", "1")
+    m = syncmgr.connect(daemon.address, daemon.key)
+    lock = m.Lock()
+    if not _fast.active(lock):
+        pytest.skip(f"fast path not available here: {_fast.reasons.get(daemon.address, 'no extension')}")
+    assert lock.acquire(timeout=5)
+    lock.release()
+    _, _, after = _get(base + "/metrics")
+    for op in ("fastpath_attach", "fastpath_ref"):
+        series = f'syncmgr_ops_total{{kind="server",op="{op}",result="ok"}}'
+        assert _value(after, series) >= _value(before, series) + 1, series
