@@ -188,3 +188,22 @@ def test_repr_has_the_stock_form(m):
     # Code and CPython's own tests match on SyncManager's proxy repr.
     assert repr(m.Event()).startswith("<EventProxy object, typeid 'Event' at 0x")
     assert repr(m.Lock()).startswith("<LockProxy object, typeid 'Lock' at 0x")
+
+
+def test_sigkilled_embedded_daemon_leaves_no_state_file(monkeypatch):
+    """The fast path's state segment of an embedded daemon lives in its
+    private directory, so the manager's clean-up removes it even when the
+    daemon itself was SIGKILLed (nothing is left in /dev/shm)."""
+    import signal
+
+    monkeypatch.setenv("SYNCMGR_FASTPATH", "1")
+    before = {f for f in os.listdir("/dev/shm") if f.startswith("syncmgr")}
+    mgr = syncmgr.Manager()
+    mgr.start()
+    mgr.Lock().acquire()
+    d = os.path.dirname(mgr.address)
+    assert any(f.startswith("syncmgr.state-") for f in os.listdir(d))
+    os.kill(mgr.pid, signal.SIGKILL)
+    mgr.shutdown()
+    assert not os.path.exists(d)
+    assert {f for f in os.listdir("/dev/shm") if f.startswith("syncmgr")} <= before
