@@ -75,6 +75,7 @@ static double now_monotonic(void) {
 
 /* Sleep state shared by the waiting loops: a deadline (or none). */
 typedef struct {
+    int started; /* the deadline is set on the first sleep, not before */
     int forever;
     double deadline;
 } Wait;
@@ -117,6 +118,26 @@ static int sleep_on(Segment *s, uint64_t *w, uint64_t x, Wait *wt) {
     if (rc == -1 && err == EINTR && PyErr_CheckSignals() < 0)
         return -1;
     return LOAD(&s->detached) ? 2 : 1;
+}
+
+/*
+ * wait_turn is one contended turn of an acquire or wait loop: 0 at once for
+ * a call that must not wait, else it sets the deadline on the first turn and
+ * sleeps on the word (results as sleep_on's).
+ */
+static int wait_turn(Segment *s, uint64_t *w, uint64_t x, double timeout, Wait *wt) {
+    if (timeout == 0)
+        return 0;
+    if (!wt->started) {
+        wait_init(wt, timeout);
+        wt->started = 1;
+    }
+    return sleep_on(s, w, x, wt);
+}
+
+/* The result code of an acquire loop for a wait_turn that did not say "again". */
+static int turn_result(int r) {
+    return r < 0 ? -1 : r == 0 ? RES_BUSY : RES_DAEMON;
 }
 
 /* --- argument helpers ---------------------------------------------------- */
@@ -190,8 +211,7 @@ static int get_timeout(PyObject *o, double *out) {
 
 static int lock_acquire_core(Segment *s, uint64_t *w, uint64_t slot, uint64_t tid, double timeout) {
     uint64_t *aux = w + 1;
-    Wait wt = {0, 0};
-    int started = 0;
+    Wait wt = {0, 0, 0};
     for (;;) {
         uint64_t x = LOAD(w);
         if (x & BIT_DAEMON)
@@ -203,19 +223,9 @@ static int lock_acquire_core(Segment *s, uint64_t *w, uint64_t slot, uint64_t ti
             }
             continue;
         }
-        if (timeout == 0)
-            return RES_BUSY;
-        if (!started) {
-            wait_init(&wt, timeout);
-            started = 1;
-        }
-        int r = sleep_on(s, w, x, &wt);
-        if (r < 0)
-            return -1;
-        if (r == 0)
-            return RES_BUSY;
-        if (r == 2)
-            return RES_DAEMON;
+        int r = wait_turn(s, w, x, timeout, &wt);
+        if (r != 1)
+            return turn_result(r);
     }
 }
 
@@ -242,8 +252,7 @@ static int lock_release_core(uint64_t *w) {
 
 static int rlock_acquire_core(Segment *s, uint64_t *w, uint64_t slot, uint64_t tid, double timeout) {
     uint64_t *aux = w + 1;
-    Wait wt = {0, 0};
-    int started = 0;
+    Wait wt = {0, 0, 0};
     for (;;) {
         uint64_t x = LOAD(w);
         uint64_t owner = x & MASK_LOW;
@@ -263,19 +272,9 @@ static int rlock_acquire_core(Segment *s, uint64_t *w, uint64_t slot, uint64_t t
             }
             continue;
         }
-        if (timeout == 0)
-            return RES_BUSY;
-        if (!started) {
-            wait_init(&wt, timeout);
-            started = 1;
-        }
-        int r = sleep_on(s, w, x, &wt);
-        if (r < 0)
-            return -1;
-        if (r == 0)
-            return RES_BUSY;
-        if (r == 2)
-            return RES_DAEMON;
+        int r = wait_turn(s, w, x, timeout, &wt);
+        if (r != 1)
+            return turn_result(r);
     }
 }
 
@@ -397,18 +396,11 @@ static PyObject *seg_event_wait(Segment *s, PyObject *const *args, Py_ssize_t na
         return NULL;
     uint64_t x = LOAD(w);
     uint64_t gen = x & EVENT_GEN_MAX;
-    Wait wt = {0, 0};
-    int started = 0;
+    Wait wt = {0, 0, 0};
     for (;;) {
         if ((x & EVENT_FLAG) || (x & EVENT_GEN_MAX) != gen)
             Py_RETURN_TRUE;
-        if (timeout == 0)
-            Py_RETURN_FALSE;
-        if (!started) {
-            wait_init(&wt, timeout);
-            started = 1;
-        }
-        int r = sleep_on(s, w, x, &wt);
+        int r = wait_turn(s, w, x, timeout, &wt);
         if (r < 0)
             return NULL;
         if (r == 0)
