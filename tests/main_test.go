@@ -161,9 +161,19 @@ func startDaemon(t *testing.T, flags ...string) *daemon {
 
 func (d *daemon) start(flags ...string) {
 	d.t.Helper()
-	args := append([]string{"serve", "--socket", d.sock, "--shm-dir", "none", "--log-level", "debug"}, flags...)
-	d.cmd = exec.Command(binPath, args...)
-	d.cmd.Env = env("SYNCMGR_AUTHKEY=" + d.key)
+	args := append([]string{binPath, "serve", "--socket", d.sock, "--shm-dir", "none", "--log-level", "debug"}, flags...)
+	d.startArgv(args, env("SYNCMGR_AUTHKEY="+d.key))
+}
+
+// execCommand makes the daemon's command (tests may set its directory).
+var execCommand = exec.Command
+
+// startArgv starts a daemon from a full argv and environment; d.sock and
+// d.key must be set. It waits until the daemon answers.
+func (d *daemon) startArgv(argv, environ []string) {
+	d.t.Helper()
+	d.cmd = execCommand(argv[0], argv[1:]...)
+	d.cmd.Env = environ
 	d.stderr = &syncBuffer{}
 	d.cmd.Stdout, d.cmd.Stderr = d.stderr, d.stderr
 	if err := d.cmd.Start(); err != nil {
@@ -174,7 +184,7 @@ func (d *daemon) start(flags ...string) {
 	deadline := time.Now().Add(bound)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		c, err := proxy.Dial(ctx, d.sock, d.keyBytes())
+		c, err := proxy.Dial(ctx, d.sock, d.keyBytes(), d.dialOpts...)
 		cancel()
 		if err == nil {
 			c.Close()

@@ -70,43 +70,6 @@ func shmDir(t *testing.T) string {
 	return dir
 }
 
-// execCommand makes the daemon's command (tests may set its directory).
-var execCommand = exec.Command
-
-// startArgv starts a daemon from a full argv and environment; d.sock and
-// d.key must be set. It waits until the daemon answers.
-func (d *daemon) startArgv(argv, environ []string) {
-	d.t.Helper()
-	d.cmd = execCommand(argv[0], argv[1:]...)
-	d.cmd.Env = environ
-	d.stderr = &syncBuffer{}
-	d.cmd.Stdout, d.cmd.Stderr = d.stderr, d.stderr
-	if err := d.cmd.Start(); err != nil {
-		d.t.Fatal(err)
-	}
-	d.exited = make(chan struct{})
-	go func() { d.err = d.cmd.Wait(); close(d.exited) }()
-	deadline := time.Now().Add(bound)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		c, err := proxy.Dial(ctx, d.sock, d.keyBytes(), d.dialOpts...)
-		cancel()
-		if err == nil {
-			c.Close()
-			return
-		}
-		select {
-		case <-d.exited:
-			d.t.Fatalf("daemon exited at start: %v\n%s", d.err, d.stderr)
-		default:
-		}
-		if time.Now().After(deadline) {
-			d.t.Fatalf("daemon not answering: %v\n%s", err, d.stderr)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // kill SIGKILLs the daemon and waits for it.
 func (d *daemon) kill() {
 	_ = d.cmd.Process.Kill()
