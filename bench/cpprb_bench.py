@@ -8,6 +8,18 @@ process, the learner, samples batches of the same size (and, for the
 prioritized buffer, calls ``update_priorities`` on them). Transitions/s and
 samples/s are the median over the rounds.
 
+Each explorer makes one ``add`` before the clock starts, as any real job
+does before its learner samples. Without it cpprb's own start-up race can
+deadlock any ``ctx``: the learner polls ``get_stored_size()``, which counts
+an ``add`` from the moment its index is claimed, before the explorer passed
+``explorer_per_ready.wait()``. If the learner's first ``sample`` clears
+``explorer_per_ready`` in that window, the explorer waits for the learner
+and the learner for ``learner_per_ready``, which only a finished ``add`` has
+ever set. The window is a few microseconds (longer in a forked child's first
+call, and longer still on any socket path), so this table measured it as
+"hung" rounds rather than throughput. Once one ``add`` has finished the
+protocol cannot deadlock this way.
+
 Every context is used with fork-started explorers, so SyncManager's proxies
 reach their server with the inherited authkey (spawned or Ray processes
 would need the authkey workaround cpprb documents). Called by
@@ -52,6 +64,8 @@ def _explorer(rb: Any, batch: int, barrier: Any, seconds: float, seed: int, conn
     code = 0
     try:
         data = _batch(batch, seed)
+        # One add before the clock starts (see the module docstring).
+        rb.add(**data)
         barrier.wait(timeout=60)
         deadline = time.monotonic() + seconds
         added = 0

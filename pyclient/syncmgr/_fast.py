@@ -92,6 +92,7 @@ class FastPath:
         self.ok = False
         self.pid = os.getpid()
         self.client = client
+        self.handles: weakref.WeakSet[_Handle] = weakref.WeakSet()  # the handles using this mapping
         self.anchor = _connection.Connection(client.address, client._key, _connection._session_id, None)
         try:
             info = self._request("fastpath_attach", {})
@@ -100,6 +101,10 @@ class FastPath:
             fd = os.open(info["path"], os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
             try:
                 self.seg = _ext.Segment(fd, int(info["size"]))  # type: ignore[union-attr]
+                st = os.fstat(fd)
+                # Which segment this is: a forked child's handles keep their
+                # offsets only in the very same file (not a restarted daemon's).
+                self.identity = (info["path"], st.st_dev, st.st_ino)
             finally:
                 os.close(fd)
             self.slot = int(info["slot"])
@@ -129,7 +134,8 @@ class FastPath:
         self.seg.detach()  # sleepers leave their waits for the socket path
 
     def ref(self, kind: str, name: str) -> Optional[tuple[int, int]]:
-        """The word offset and kind code of an object, or None to use the socket."""
+        """The word offset and tag (kind | generation << 8) of an object, or
+        None to use the socket."""
         try:
             r = self.client.call("fastpath_ref", {"kind": kind, "name": name})
         except exc.SyncMgrError:
@@ -137,7 +143,7 @@ class FastPath:
         off, tag = int(r["off"]), int(r["tag"])
         if self.seg.tag(off) != tag:  # deleted and reused since the reply
             return None
-        return off, tag & 0xFF
+        return off, tag
 
 
 _paths: dict[int, Optional[FastPath]] = {}
@@ -196,15 +202,16 @@ def attach(proxy: BaseProxy) -> None:
     ref = fp.ref(kind, proxy._name)
     if ref is None:
         return
-    off, k = ref
+    off, tag = ref
+    k = tag & 0xFF
     if k == _KIND_LOCK and kind in ("lock", "condition"):
-        h: _Handle = _LockHandle(proxy, fp, off)
+        h: _Handle = _LockHandle(proxy, fp, off, tag)
     elif k == _KIND_RLOCK and kind in ("rlock", "condition"):
-        h = _RLockHandle(proxy, fp, off)
+        h = _RLockHandle(proxy, fp, off, tag)
     elif k == _KIND_EVENT and kind == "event":
-        h = _EventHandle(proxy, fp, off)
+        h = _EventHandle(proxy, fp, off, tag)
     elif k == _KIND_VALUE and kind == "value":
-        h = _ValueHandle(proxy, fp, off)
+        h = _ValueHandle(proxy, fp, off, tag)
     else:
         return
     h.install(proxy)
@@ -223,17 +230,28 @@ class _Handle:
 
     methods: tuple[str, ...] = ()
 
-    def __init__(self, proxy: BaseProxy, fp: FastPath, off: int) -> None:
+    def __init__(self, proxy: BaseProxy, fp: FastPath, off: int, tag: int) -> None:
         self.proxy = weakref.ref(proxy)
         self.cls = type(proxy)
+        self.off = off
+        self.tag = tag
+        self.bind(fp)
+
+    def bind(self, fp: FastPath) -> None:
+        """Use fp's mapping and session (subclasses take what they need of it)."""
         self.fp = fp
         self.seg = fp.seg
-        self.off = off
+        fp.handles.add(self)
 
     def install(self, proxy: BaseProxy) -> None:
         proxy.__dict__["_fast"] = self
         for m in self.methods:
             proxy.__dict__[m] = getattr(self, m)
+
+    def uninstall(self, proxy: BaseProxy) -> None:
+        for m in ("acquire", "release", *self.methods):
+            proxy.__dict__.pop(m, None)
+        proxy.__dict__.pop("_fast", None)
 
     def slow(self, method: str, *args: Any) -> Any:
         p = self.proxy()
@@ -242,18 +260,41 @@ class _Handle:
         return getattr(self.cls, method)(p, *args)
 
     def usable(self) -> bool:
-        """False after a fork (until re-attached) or once the daemon is gone."""
-        fp = self.fp
-        if fp.ok:
-            return True
-        if fp.pid != os.getpid():  # a forked child: attach its own session
-            p = self.proxy()
-            if p is not None:
-                for m in self.methods:
-                    p.__dict__.pop(m, None)
-                p.__dict__.pop("_fast", None)
-                attach(p)
-        return False
+        """Whether the word may be used now: False once the daemon is gone.
+        In a forked child the handle moves to the child's own fast path
+        first (see rebind)."""
+        return self.fp.ok or (self.fp.pid != os.getpid() and self.rebind())
+
+    def rebind(self) -> bool:
+        """In a forked child, on the first use of any inherited handle: move
+        every handle of the parent's mapping to the child's own fast path
+        (its own session, slot and anchor, set up once by path_for), keeping
+        the objects' offsets. No object costs a request, and the child's
+        first op on each object is as fast as its parent's: cpprb, for one,
+        has a start-up race that only stays harmless while an explorer's
+        first Event.wait is quick."""
+        p = self.proxy()
+        if p is None:
+            return False
+        old = self.fp
+        fp = path_for(p._client)
+        for h in list(old.handles):
+            h.move(old, fp)
+        return self.fp is fp and fp.ok
+
+    def move(self, old: FastPath, fp: Optional[FastPath]) -> None:
+        """Leave old for fp (a forked child's fast path). The offset is kept
+        only in the very file old mapped and while its slot still carries
+        the object's tag; otherwise the proxy goes back to the socket path."""
+        old.handles.discard(self)
+        p = self.proxy()
+        if p is None:
+            return
+        if fp is None or not fp.ok or fp.identity != old.identity or fp.seg.tag(self.off) != self.tag:
+            self.uninstall(p)
+            return
+        self.bind(fp)
+        self.install(p)
 
 
 def _acquire_timeout(blocking: bool, timeout: Optional[float]) -> Optional[float]:
@@ -276,8 +317,8 @@ class _LockHandle(_Handle):
     # (with-statements call the type's __enter__, which calls self.acquire)
     methods = ("acquire", "release")
 
-    def __init__(self, proxy: BaseProxy, fp: FastPath, off: int) -> None:
-        super().__init__(proxy, fp, off)
+    def bind(self, fp: FastPath) -> None:
+        super().bind(fp)
         self.slot = fp.slot
         self.take = fp.seg.lock_acquire
         self.give = fp.seg.lock_release
@@ -315,20 +356,18 @@ class _LockHandle(_Handle):
         return bool(self.slow("acquire", blocking, timeout))
 
     def release(self) -> None:
-        if not self.fp.ok or self.give(self.off) != OK:
-            self.usable()  # re-attach after a fork
+        if not (self.usable() and self.give(self.off) == OK):
             self.slow("release")  # DAEMON, or an error the daemon words
 
 
 class _RLockHandle(_LockHandle):
-    def __init__(self, proxy: BaseProxy, fp: FastPath, off: int) -> None:
-        super().__init__(proxy, fp, off)
+    def bind(self, fp: FastPath) -> None:
+        super().bind(fp)
         self.take = fp.seg.rlock_acquire
         self.give_r = fp.seg.rlock_release
 
     def release(self) -> None:
-        if not self.fp.ok or self.give_r(self.off, self.slot, _get_ident()) != OK:
-            self.usable()
+        if not (self.usable() and self.give_r(self.off, self.slot, _get_ident()) == OK):
             self.slow("release")
 
 
@@ -336,14 +375,12 @@ class _EventHandle(_Handle):
     methods = ("is_set", "set", "clear", "wait")
 
     def is_set(self) -> bool:
-        if self.fp.ok:
+        if self.usable():
             return self.seg.event_is_set(self.off)  # type: ignore[no-any-return]
-        self.usable()
         return bool(self.slow("is_set"))
 
     def set(self) -> None:
-        if not self.fp.ok or self.seg.event_set(self.off) != OK:
-            self.usable()
+        if not (self.usable() and self.seg.event_set(self.off) == OK):
             self.slow("set")
 
     def clear(self) -> None:
@@ -372,8 +409,8 @@ class _EventHandle(_Handle):
 class _ValueHandle(_Handle):
     methods = ("get", "set", "add", "compare_and_set")
 
-    def __init__(self, proxy: BaseProxy, fp: FastPath, off: int) -> None:
-        super().__init__(proxy, fp, off)
+    def __init__(self, proxy: BaseProxy, fp: FastPath, off: int, tag: int) -> None:
+        super().__init__(proxy, fp, off, tag)
         code = proxy._code  # type: ignore[attr-defined]
         self.cls_code = _VALUE_CLASS[code]
         # The Python types the word takes as they are; anything else (numpy
@@ -388,9 +425,8 @@ class _ValueHandle(_Handle):
         self.delta_types: tuple[type, ...] = () if code == "?" else ((int, float) if code in "fd" else (int,))
 
     def get(self) -> Any:
-        if self.fp.ok:
+        if self.usable():
             return self.seg.value_get(self.off, self.cls_code)
-        self.usable()
         return self.slow("get")
 
     def set(self, value: Any) -> None:

@@ -173,6 +173,41 @@ def test_mixed_with_socket_clients(m, daemon):
     assert counter.value == 1500
 
 
+def _child_first_ops(lock, ev, val, conn):
+    # A forked child's first op on any inherited proxy moves all of them to
+    # the child's own session (its own slot), with no per-object request.
+    refs = []
+    _fast.FastPath.ref = lambda self, kind, name: refs.append(name)  # type: ignore[method-assign]
+    try:
+        lock.acquire()
+        moved = [_fast.active(p) for p in (lock, ev, val)]
+        slot = lock._fast.fp.slot
+        lock.release()
+        ev.set()
+        val.value = 41
+        conn.send({"moved": moved, "slot": slot, "refs": refs, "is_set": ev.is_set(), "value": val.add(1)})
+    except BaseException as e:  # noqa: BLE001 - reported to the parent
+        conn.send({"error": repr(e)})
+
+
+def test_forked_child_moves_every_handle_at_its_first_op(m):
+    lock, ev, val = m.Lock(), m.Event(), m.Value("i", 0)
+    assert all(_fast.active(p) for p in (lock, ev, val))
+    rd, wr = CTX.Pipe(duplex=False)
+    p = CTX.Process(target=_child_first_ops, args=(lock, ev, val, wr))
+    p.start()
+    assert rd.poll(60)
+    got = rd.recv()
+    p.join(30)
+    assert "error" not in got, got
+    assert got["moved"] == [True, True, True]
+    assert got["slot"] != lock._fast.fp.slot  # the child's own session
+    assert got["refs"] == []  # offsets kept, no fastpath_ref request
+    assert got["is_set"] is True and got["value"] == 42
+    assert ev.is_set() and val.value == 42 and lock.acquire(False) is True
+    lock.release()
+
+
 def _hold_forever(lock, ready):
     lock.acquire()
     ready.set()
