@@ -115,23 +115,23 @@ func (m *Manager) bindFast(obj Object) {
 	}
 	switch o := obj.(type) {
 	case *Lock:
-		f.bind(o, statemem.KindLock, &o.mu, &o.st.W0, &o.st.TID)
+		f.bind(o, statemem.KindLock, &o.mu, &o.st.W0, &o.st.TID, &o.st.Since)
 	case *RLock:
-		f.bind(o, statemem.KindRLock, &o.mu, &o.st.W0, &o.st.TID)
+		f.bind(o, statemem.KindRLock, &o.mu, &o.st.W0, &o.st.TID, &o.st.Since)
 	case *Event:
-		f.bind(o, statemem.KindEvent, &o.mu, &o.st.W0, nil)
+		f.bind(o, statemem.KindEvent, &o.mu, &o.st.W0, nil, nil)
 	case *Value:
 		if o.numeric() {
-			f.bind(o, statemem.KindValue, &o.mu, nil, &o.cell.Bits)
+			f.bind(o, statemem.KindValue, &o.mu, nil, &o.cell.Bits, nil)
 		}
 	case *Condition:
 		if r, ok := o.lock.(*RLock); ok && r.name == o.name+".lock" {
-			f.bind(r, statemem.KindRLock, &r.mu, &r.st.W0, &r.st.TID)
+			f.bind(r, statemem.KindRLock, &r.mu, &r.st.W0, &r.st.TID, &r.st.Since)
 		}
 	}
 }
 
-func (f *fastPath) bind(obj Object, kind uint8, mu *sync.Mutex, state, aux *Word) {
+func (f *fastPath) bind(obj Object, kind uint8, mu *sync.Mutex, state, aux, since *Word) {
 	ref, err := f.seg.Alloc(kind, 0, 0)
 	if err != nil {
 		return
@@ -142,6 +142,9 @@ func (f *fastPath) bind(obj Object, kind uint8, mu *sync.Mutex, state, aux *Word
 	}
 	if aux != nil {
 		aux.Bind(f.seg.Aux(ref.Off))
+	}
+	if since != nil {
+		since.Bind(f.seg.Since(ref.Off))
 	}
 	mu.Unlock()
 	f.mu.Lock()
@@ -160,21 +163,21 @@ func (m *Manager) unbindFast(obj Object) {
 	}
 	switch o := obj.(type) {
 	case *Lock:
-		f.unbind(o, &o.mu, &o.st.W0, &o.st.TID)
+		f.unbind(o, &o.mu, &o.st.W0, &o.st.TID, &o.st.Since)
 	case *RLock:
-		f.unbind(o, &o.mu, &o.st.W0, &o.st.TID)
+		f.unbind(o, &o.mu, &o.st.W0, &o.st.TID, &o.st.Since)
 	case *Event:
-		f.unbind(o, &o.mu, &o.st.W0, nil)
+		f.unbind(o, &o.mu, &o.st.W0, nil, nil)
 	case *Value:
-		f.unbind(o, &o.mu, nil, &o.cell.Bits)
+		f.unbind(o, &o.mu, nil, &o.cell.Bits, nil)
 	case *Condition:
 		if r, ok := o.lock.(*RLock); ok && r.name == o.name+".lock" {
-			f.unbind(r, &r.mu, &r.st.W0, &r.st.TID)
+			f.unbind(r, &r.mu, &r.st.W0, &r.st.TID, &r.st.Since)
 		}
 	}
 }
 
-func (f *fastPath) unbind(obj Object, mu *sync.Mutex, state, aux *Word) {
+func (f *fastPath) unbind(obj Object, mu *sync.Mutex, state, aux, since *Word) {
 	f.mu.Lock()
 	ref, ok := f.refs[obj]
 	if ok {
@@ -193,6 +196,9 @@ func (f *fastPath) unbind(obj Object, mu *sync.Mutex, state, aux *Word) {
 	}
 	if aux != nil {
 		aux.Unbind()
+	}
+	if since != nil {
+		since.Unbind()
 	}
 	mu.Unlock()
 	f.seg.Free(ref.Off)

@@ -119,6 +119,10 @@ func (l *Lock) releaseSession(s *Session) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.st.Owner() == s.Slot() {
+		if l.holder != s { // taken by CAS: the daemon never saw the acquire
+			t, _ := heldSince(nil, s.Slot(), l, &l.st.Since)
+			s.fastHoldEnded(l, t)
+		}
 		l.handOn()
 	}
 }
@@ -266,6 +270,10 @@ func (r *RLock) releaseSession(s *Session) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if slot, _, depth := r.st.Owner(); depth > 0 && slot == s.Slot() {
+		if r.holder != s { // taken by CAS: the daemon never saw the acquire
+			t, _ := heldSince(nil, s.Slot(), r, &r.st.Since)
+			s.fastHoldEnded(r, t)
+		}
 		r.handOn()
 	}
 }
@@ -301,7 +309,7 @@ func describeOwner(holder *Session, slot Slot) string {
 func (l *Lock) HeldSince() (time.Time, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.holder.heldSince(l)
+	return heldSince(l.holder, l.st.Owner(), l, &l.st.Since)
 }
 
 // HeldSince reports when the lock's current holder took it (its outermost
@@ -309,5 +317,6 @@ func (l *Lock) HeldSince() (time.Time, bool) {
 func (r *RLock) HeldSince() (time.Time, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.holder.heldSince(r)
+	slot, _, _ := r.st.Owner()
+	return heldSince(r.holder, slot, r, &r.st.Since)
 }

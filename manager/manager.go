@@ -91,7 +91,7 @@ type HoldEnd struct {
 	Name    string
 	Session *Session      // the holder
 	Label   string        // the holder's label when the hold ended
-	Held    time.Duration // since the hold began
+	Held    time.Duration // since the hold began; negative when unknown (a fast-path hold)
 	// SessionEnded is set when the hold was released because the session
 	// ended (its process died or disconnected) rather than by a release.
 	SessionEnded bool
@@ -252,6 +252,26 @@ func (s *Session) unhold(h holder) {
 	if end != nil {
 		s.onHoldEnd(*end)
 	}
+}
+
+// fastHoldEnded reports the end of a hold the daemon never recorded: a lock
+// s took by compare-and-swap on the fast path at since (zero: unknown, and
+// Held is then negative), now released by the daemon because s ended.
+func (s *Session) fastHoldEnded(h interface {
+	Kind() Kind
+	Name() string
+}, since time.Time) {
+	if s == nil || s.onHoldEnd == nil {
+		return
+	}
+	held := time.Duration(-1)
+	if !since.IsZero() {
+		held = time.Since(since)
+	}
+	s.mu.Lock()
+	end := HoldEnd{Kind: h.Kind(), Name: h.Name(), Session: s, Label: s.Label, Held: held, SessionEnded: s.ending}
+	s.mu.Unlock()
+	s.onHoldEnd(end)
 }
 
 // Holds returns how many holdings the session has (locks and units).

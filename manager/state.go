@@ -3,6 +3,7 @@ package manager
 import (
 	"math"
 	"sync/atomic"
+	"time"
 
 	"github.com/syncmgr/syncmgr/statemem"
 )
@@ -133,10 +134,30 @@ func (w *Word) setWaiters(on bool) {
 	w.wakeIf(w.update(func(x uint64) uint64 { return x &^ (waitersBit | sleepersBit) }))
 }
 
+// heldSince says since when the lock whose owner is slot has been held: as
+// the daemon recorded it when holder (the session it granted the lock to)
+// is that owner, else from the stamp a fast-path owner wrote when it took
+// the word. ok is false when neither is known.
+func heldSince(holder *Session, slot Slot, h holder, since *Word) (time.Time, bool) {
+	if slot == 0 {
+		return time.Time{}, false
+	}
+	if holder != nil && holder.Slot() == slot {
+		if t, ok := holder.heldSince(h); ok {
+			return t, true
+		}
+	}
+	if !since.Bound() {
+		return time.Time{}, false
+	}
+	return statemem.SinceTime(since.Load())
+}
+
 // LockState is a Lock's state: the owner's slot and thread.
 type LockState struct {
-	W0  Word // owner slot | waiters
-	TID Word // owner thread (informational)
+	W0    Word // owner slot | waiters
+	TID   Word // owner thread (informational)
+	Since Word // when a fast-path owner took it (statemem.Stamp); see heldSince
 }
 
 // Owner returns the holder's slot (0 when unlocked).
@@ -173,8 +194,9 @@ func (s *LockState) Free() {
 
 // RLockState is an RLock's state: owner slot and thread, and the depth.
 type RLockState struct {
-	W0  Word // owner slot | waiters | depth
-	TID Word // owner thread
+	W0    Word // owner slot | waiters | depth
+	TID   Word // owner thread
+	Since Word // when a fast-path owner took it (outermost acquire)
 }
 
 // Owner returns the owner's slot and thread and the recursion depth.

@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/syncmgr/syncmgr/statemem"
@@ -40,6 +41,7 @@ type fastWord struct {
 	fp    *fastPath // keeps the mapping alive while a handle uses it
 	w     *uint64
 	aux   *uint64
+	since *uint64 // stamped when a Lock or RLock is taken, for status
 	kind  uint8
 	alive <-chan struct{}
 }
@@ -128,7 +130,7 @@ func (c *Client) fastRef(ctx context.Context, h Handle) *fastWord {
 	if *fp.seg.Tag(o) != uint32(tag) {
 		return nil // deleted and reused since the reply
 	}
-	return &fastWord{fp: fp, w: fp.seg.State(o), aux: fp.seg.Aux(o), kind: uint8(tag), alive: c.done}
+	return &fastWord{fp: fp, w: fp.seg.State(o), aux: fp.seg.Aux(o), since: fp.seg.Since(o), kind: uint8(tag), alive: c.done}
 }
 
 // usable reports whether the words may be used now: the connection, and so
@@ -162,8 +164,11 @@ func (f *fastWord) acquire(ctx context.Context, tid int64, wait bool, deadline t
 		var r statemem.Result
 		if f.kind == statemem.KindRLock {
 			r = statemem.RLockAcquire(f.w, f.aux, f.fp.slot, tid, d)
-		} else {
-			r = statemem.LockAcquire(f.w, f.aux, f.fp.slot, tid, d)
+			if r == statemem.OK && atomic.LoadUint64(f.w)>>statemem.DepthShift == 1 {
+				statemem.Stamp(f.since) // the outermost acquire
+			}
+		} else if r = statemem.LockAcquire(f.w, f.aux, f.fp.slot, tid, d); r == statemem.OK {
+			statemem.Stamp(f.since)
 		}
 		if r != statemem.Busy || d == 0 {
 			return r, nil

@@ -1,11 +1,35 @@
 package statemem
 
 import (
+	"sync/atomic"
 	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
+
+// MonoNow returns CLOCK_MONOTONIC in nanoseconds: the clock of every
+// process on the host, so a stamp one process writes another can read.
+func MonoNow() uint64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return 0
+	}
+	return uint64(ts.Nano())
+}
+
+// Stamp records in a since field that its lock was taken now.
+func Stamp(since *uint64) { atomic.StoreUint64(since, MonoNow()) }
+
+// SinceTime converts a since field's value to wall-clock time; ok is false
+// for 0 (never stamped) or a stamp from the future (another boot).
+func SinceTime(v uint64) (t time.Time, ok bool) {
+	now := MonoNow()
+	if v == 0 || v > now {
+		return time.Time{}, false
+	}
+	return time.Now().Add(-time.Duration(now - v)), true
+}
 
 // Shared (not FUTEX_PRIVATE) futex ops: other processes map the words.
 const (

@@ -23,7 +23,9 @@ package statemem
 //	16  u32  tag: kind (bits 0-7) | generation (bits 8-31); 0 = free slot
 //	20  u32  reserved
 //	24  u64  bound: a BoundedSemaphore's initial value; a Value's type class
-//	32..63   reserved, zero
+//	32  u64  since: CLOCK_MONOTONIC nanoseconds at which a Lock's or RLock's
+//	         owner took it by compare-and-swap (for status; 0 = unknown)
+//	40..63   reserved, zero
 const (
 	Magic    uint64 = 0x5752474d434e5953 // "SYNCMGRW" read as a little-endian u64
 	Version  uint32 = 1
@@ -33,6 +35,7 @@ const (
 	OffAux   = 8
 	OffTag   = 16
 	OffBound = 24
+	OffSince = 32
 )
 
 // Bits of a state word. Bits 0-28 hold the owner's slot id (Lock, RLock),

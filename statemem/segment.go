@@ -232,6 +232,10 @@ func (s *Segment) Aux(off uint32) *uint64 { return (*uint64)(s.at(off, OffAux)) 
 // Tag returns the tag of the object at off.
 func (s *Segment) Tag(off uint32) *uint32 { return (*uint32)(s.at(off, OffTag)) }
 
+// Since returns the since field of the object at off: when its owner took
+// it on the fast path (see Stamp).
+func (s *Segment) Since(off uint32) *uint64 { return (*uint64)(s.at(off, OffSince)) }
+
 // Bound returns the bound field of the object at off.
 func (s *Segment) Bound(off uint32) *uint64 { return (*uint64)(s.at(off, OffBound)) }
 

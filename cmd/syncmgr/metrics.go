@@ -75,12 +75,18 @@ func stateSource(mgr *manager.Manager, shm *shmregistry.Registry) metrics.Source
 func holdEnds(log zerolog.Logger, m *metrics.Metrics) func(manager.HoldEnd) {
 	return func(h manager.HoldEnd) {
 		kind := string(h.Kind)
-		m.Held(kind, h.Held)
+		if h.Held >= 0 { // unknown for a hold taken on the fast path
+			m.Held(kind, h.Held)
+		}
 		if !h.SessionEnded {
 			return
 		}
 		m.DeadHolderRelease(kind)
-		log.Info().Str("kind", kind).Str("name", h.Name).Uint64("session", h.Session.ID).Int("pid", h.Session.PID).
-			Str("label", h.Label).Float64("held_seconds", h.Held.Seconds()).Msg("released a hold of a client that went away")
+		ev := log.Info().Str("kind", kind).Str("name", h.Name).Uint64("session", h.Session.ID).Int("pid", h.Session.PID).
+			Str("label", h.Label)
+		if h.Held >= 0 {
+			ev = ev.Float64("held_seconds", h.Held.Seconds())
+		}
+		ev.Msg("released a hold of a client that went away")
 	}
 }

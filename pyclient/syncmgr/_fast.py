@@ -15,7 +15,7 @@ The fast path is used when all of these hold, and otherwise every op goes
 over the socket as before:
 
 * the extension was built (a C compiler at install time) and
-  ``SYNCMGR_FASTPATH=1`` is set (opt-in for now: see "Known issue" below);
+  ``SYNCMGR_FASTPATH`` is not ``0``;
 * the daemon is reached over a Unix socket and reports this host's boot id
   (``SYNCMGR_FASTPATH_BOOT_ID``, for tests only, replaces the local one);
 * the daemon agrees (``fastpath_attach``), the segment file passes the
@@ -26,11 +26,9 @@ the fast path (the anchor): the session, and so the slot id written in the
 words, lives as long as that connection; if the daemon goes away the anchor
 sees it and every handle falls back to the socket path, which reports it.
 
-Known issue: cpprb's MPPrioritizedReplayBuffer with one forked explorer
-(the end-to-end case of ``make bench``) hangs in about half of the runs with
-the fast path on (explorer in ``Event.wait`` over the socket, learner in a
-fast ``Event.wait``, both events clear), also with Events kept on the
-socket; not yet understood. Hence opt-in.
+A forked child inherits its parent's handles; the first op on any of them
+moves them all to the child's own session (its own slot and anchor), keeping
+the offsets, so a child's first ops are as fast as its parent's.
 """
 
 from __future__ import annotations
@@ -65,13 +63,19 @@ _VALUE_CLASS = {
 }
 
 _get_ident = threading.get_ident
+
+# A contended Lock or RLock acquire sleeps on the word's futex for at most
+# this many seconds, then waits in the daemon's queue: short waits keep the
+# futex's microsecond hand-off; long ones are FIFO, and `syncmgr status`
+# shows them, as on the socket path.
+FUTEX_WAIT = 0.05
 _monotonic = time.monotonic
 
 
 def enabled_by_env() -> bool:
-    """Whether this process may use the fast path at all: opt-in with
-    SYNCMGR_FASTPATH=1 until the known issue in the module docstring is fixed."""
-    return _ext is not None and os.environ.get("SYNCMGR_FASTPATH", "0") == "1"
+    """Whether this process may use the fast path at all: the extension is
+    built and SYNCMGR_FASTPATH is not 0."""
+    return _ext is not None and os.environ.get("SYNCMGR_FASTPATH", "1") != "0"
 
 
 def _local_boot_id() -> str:
@@ -108,6 +112,7 @@ class FastPath:
             finally:
                 os.close(fd)
             self.slot = int(info["slot"])
+            self.run_id = self.anchor.run_id  # the daemon run whose words these are
         except BaseException:
             self.anchor.close()
             raise
@@ -324,40 +329,48 @@ class _LockHandle(_Handle):
         self.give = fp.seg.lock_release
 
     def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> bool:
-        # The common call, acquire() with the fast path up, in as few steps as possible.
-        if blocking is True and timeout is None and self.fp.ok:
-            r = self.take(self.off, self.slot, _get_ident(), -1.0)
-            if r == OK:
-                return True
-            return self._daemon_acquire(blocking, timeout, -1.0, 0.0)
         t = _acquire_timeout(blocking, timeout)
         if t is None or not self.usable():
             return bool(self.slow("acquire", blocking, timeout))
-        start = _monotonic() if t > 0 else 0.0
-        r = self.take(self.off, self.slot, _get_ident(), t)
+        start = _monotonic()
+        short = 0 <= t <= FUTEX_WAIT
+        r = self.take(self.off, self.slot, _get_ident(), t if short else FUTEX_WAIT)
         if r == OK:
             return True
-        if r == BUSY:
+        if r == BUSY and short:
             return False
-        return self._daemon_acquire(blocking, timeout, t, start)
+        # DAEMON, or still busy after FUTEX_WAIT: the daemon's queue, for the rest of the timeout.
+        if t > 0:
+            timeout = max(0.0, t - (_monotonic() - start))
+        return bool(self.slow("acquire", blocking, timeout))
+
+    def queue_acquire(self) -> bool:
+        """acquire() after FUTEX_WAIT on the futex: wait in the daemon's queue."""
+        return bool(self.slow("acquire", True, None))
 
     def install(self, proxy: BaseProxy) -> None:
         # The common calls run in C (no Python frame); this class's methods
         # are their slow paths.
         h = _ext.LockHandle(self.seg, self.off, self.slot, isinstance(self, _RLockHandle),  # type: ignore[union-attr]
-                            self.acquire, self.release)
+                            self.acquire, self.release, FUTEX_WAIT, self.queue_acquire)
         proxy.__dict__["_fast"] = self
         proxy.__dict__["acquire"] = h.acquire
         proxy.__dict__["release"] = h.release
 
-    def _daemon_acquire(self, blocking: bool, timeout: Optional[float], t: float, start: float) -> bool:
-        if t > 0:
-            timeout = max(0.0, t - (_monotonic() - start))
-        return bool(self.slow("acquire", blocking, timeout))
-
     def release(self) -> None:
         if not (self.usable() and self.give(self.off) == OK):
-            self.slow("release")  # DAEMON, or an error the daemon words
+            self.slow_release()
+
+    def slow_release(self) -> None:
+        """Release over the socket: DAEMON, or an error the daemon words. When
+        the daemon that served this handle is gone, a lock taken by CAS was
+        taken in its run: the release names that run, so that after a restart
+        it raises ServerRestartedError as on the socket path (unless the lock
+        was taken again over the socket since, in the new run)."""
+        fp, p = self.fp, self.proxy()
+        if p is not None and not fp.ok and fp.pid == os.getpid() and p._held_run in ("", fp.run_id):  # type: ignore[attr-defined]
+            p._held_run = fp.run_id  # type: ignore[attr-defined]
+        self.slow("release")
 
 
 class _RLockHandle(_LockHandle):
@@ -368,7 +381,7 @@ class _RLockHandle(_LockHandle):
 
     def release(self) -> None:
         if not (self.usable() and self.give_r(self.off, self.slot, _get_ident()) == OK):
-            self.slow("release")
+            self.slow_release()
 
 
 class _EventHandle(_Handle):

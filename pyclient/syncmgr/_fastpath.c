@@ -37,6 +37,7 @@
 #define SLOT_SIZE 64u
 #define OFF_AUX 8u
 #define OFF_TAG 16u
+#define OFF_SINCE 32u
 #define MAX_SEGMENT ((uint64_t)SLOT_SIZE << 24)
 
 #define MASK_LOW ((1ULL << 29) - 1)
@@ -65,6 +66,14 @@ typedef struct {
 
 static void futex_wake_all(uint64_t *w) {
     syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+/* The since field: when the owner took the lock, CLOCK_MONOTONIC ns (the
+ * daemon reads it for status; every process on the host shares the clock). */
+static void stamp_since(uint64_t *w) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    STORE(w + OFF_SINCE / 8, (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec);
 }
 
 static double now_monotonic(void) {
@@ -219,6 +228,7 @@ static int lock_acquire_core(Segment *s, uint64_t *w, uint64_t slot, uint64_t ti
         if ((x & MASK_LOW) == 0) {
             if (CAS(w, &x, x | slot)) {
                 STORE(aux, tid);
+                stamp_since(w);
                 return RES_OK;
             }
             continue;
@@ -268,6 +278,7 @@ static int rlock_acquire_core(Segment *s, uint64_t *w, uint64_t slot, uint64_t t
         if (owner == 0) {
             if (CAS(w, &x, (x & BIT_WAITERS) | slot | DEPTH_ONE)) {
                 STORE(aux, tid);
+                stamp_since(w);
                 return RES_OK;
             }
             continue;
@@ -757,12 +768,14 @@ static PyTypeObject SegmentType = {
 /* --- LockHandle: a proxy's acquire and release in C ---------------------- */
 
 /*
- * LockHandle(seg, off, slot, rlock, slow_acquire, slow_release): bound
- * methods acquire and release for one Lock or RLock proxy. The common calls
- * (acquire() with no arguments, release()) run here with no Python frame;
- * anything else (arguments, a DAEMON answer, an error, a detached segment)
- * goes to slow_acquire(*args, **kw) or slow_release(), the Python methods
- * that handle every case.
+ * LockHandle(seg, off, slot, rlock, slow_acquire, slow_release, futex_wait,
+ * queue_acquire): bound methods acquire and release for one Lock or RLock
+ * proxy. The common calls (acquire() with no arguments, release()) run here
+ * with no Python frame. An acquire() that is still waiting after futex_wait
+ * seconds calls queue_acquire(), which waits in the daemon's queue instead
+ * (where status shows it, in FIFO order). Anything else (arguments, a
+ * DAEMON answer, an error, a detached segment) goes to slow_acquire(*args,
+ * **kw) or slow_release(), the Python methods that handle every case.
  */
 typedef struct {
     PyObject_HEAD
@@ -770,16 +783,20 @@ typedef struct {
     uint64_t *w;
     uint64_t slot;
     int rlock;
+    double futex_wait;
     PyObject *slow_acquire;
     PyObject *slow_release;
+    PyObject *queue_acquire;
 } Handle;
 
 static int handle_init(Handle *h, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"seg", "off", "slot", "rlock", "slow_acquire", "slow_release", NULL};
-    PyObject *seg, *off, *slot, *sa, *sr;
+    static char *kwlist[] = {"seg", "off", "slot", "rlock", "slow_acquire", "slow_release", "futex_wait",
+                             "queue_acquire", NULL};
+    PyObject *seg, *off, *slot, *sa, *sr, *qa;
     int rlock;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OOpOO", kwlist, &SegmentType, &seg, &off, &slot, &rlock, &sa,
-                                     &sr))
+    double fw;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OOpOOdO", kwlist, &SegmentType, &seg, &off, &slot, &rlock, &sa,
+                                     &sr, &fw, &qa))
         return -1;
     if (h->seg != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "handle already initialised");
@@ -788,19 +805,26 @@ static int handle_init(Handle *h, PyObject *args, PyObject *kw) {
     uint64_t *w = word_at((Segment *)seg, off, 0), sl;
     if (w == NULL || get_slot(slot, &sl) < 0)
         return -1;
-    if (!PyCallable_Check(sa) || !PyCallable_Check(sr)) {
+    if (!PyCallable_Check(sa) || !PyCallable_Check(sr) || !PyCallable_Check(qa)) {
         PyErr_SetString(PyExc_TypeError, "slow paths must be callable");
+        return -1;
+    }
+    if (!(fw > 0)) {
+        PyErr_SetString(PyExc_ValueError, "futex_wait must be > 0");
         return -1;
     }
     Py_INCREF(seg);
     Py_INCREF(sa);
     Py_INCREF(sr);
+    Py_INCREF(qa);
     h->seg = (Segment *)seg;
     h->w = w;
     h->slot = sl;
     h->rlock = rlock;
+    h->futex_wait = fw;
     h->slow_acquire = sa;
     h->slow_release = sr;
+    h->queue_acquire = qa;
     return 0;
 }
 
@@ -808,6 +832,7 @@ static void handle_dealloc(Handle *h) {
     Py_XDECREF(h->seg);
     Py_XDECREF(h->slow_acquire);
     Py_XDECREF(h->slow_release);
+    Py_XDECREF(h->queue_acquire);
     Py_TYPE(h)->tp_free((PyObject *)h);
 }
 
@@ -818,12 +843,14 @@ static PyObject *handle_acquire(Handle *h, PyObject *const *args, Py_ssize_t nar
     }
     if (nargs == 0 && kwnames == NULL && !LOAD(&h->seg->detached)) {
         uint64_t tid = (uint64_t)PyThread_get_thread_ident();
-        int r = h->rlock ? rlock_acquire_core(h->seg, h->w, h->slot, tid, -1.0)
-                         : lock_acquire_core(h->seg, h->w, h->slot, tid, -1.0);
+        int r = h->rlock ? rlock_acquire_core(h->seg, h->w, h->slot, tid, h->futex_wait)
+                         : lock_acquire_core(h->seg, h->w, h->slot, tid, h->futex_wait);
         if (r < 0)
             return NULL;
         if (r == RES_OK)
             Py_RETURN_TRUE;
+        if (r == RES_BUSY)
+            return PyObject_CallNoArgs(h->queue_acquire);
     }
     return PyObject_Vectorcall(h->slow_acquire, args, (size_t)nargs, kwnames);
 }
@@ -856,7 +883,7 @@ static PyTypeObject HandleType = {
     .tp_name = "syncmgr._fastpath.LockHandle",
     .tp_basicsize = sizeof(Handle),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "LockHandle(seg, off, slot, rlock, slow_acquire, slow_release)",
+    .tp_doc = "LockHandle(seg, off, slot, rlock, slow_acquire, slow_release, futex_wait, queue_acquire)",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)handle_init,
     .tp_dealloc = (destructor)handle_dealloc,

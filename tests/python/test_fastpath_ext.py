@@ -122,9 +122,9 @@ def _count(path: str, slot: int, n: int) -> None:
     mem = os.open(path, os.O_RDWR)
     for _ in range(n):
         assert s.lock_acquire(LOCK, slot, os.getpid(), -1) == fp.OK
-        # a plain read-modify-write of a field outside the words, under the lock
-        (v,) = struct.unpack("<Q", os.pread(mem, 8, LOCK + 32))
-        os.pwrite(mem, struct.pack("<Q", v + 1), LOCK + 32)
+        # a plain read-modify-write of a reserved field, under the lock
+        (v,) = struct.unpack("<Q", os.pread(mem, 8, LOCK + 40))
+        os.pwrite(mem, struct.pack("<Q", v + 1), LOCK + 40)
         assert s.lock_release(LOCK) == fp.OK
     os.close(mem)
 
@@ -137,7 +137,7 @@ def test_lock_mutual_exclusion_across_processes(seg_path: str) -> None:
         p.join(60)
         assert p.exitcode == 0
     with open(seg_path, "rb") as f:
-        f.seek(LOCK + 32)
+        f.seek(LOCK + 40)
         assert struct.unpack("<Q", f.read(8))[0] == 6000
 
 

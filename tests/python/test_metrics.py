@@ -46,7 +46,10 @@ def daemon():
     d.stop()
 
 
-def test_metrics_move_during_a_run(daemon):
+def test_metrics_move_during_a_run(daemon, monkeypatch):
+    # Op counters count what the daemon serves: this test's clients use the
+    # socket path (fast-path ops never reach the daemon; see the next tests).
+    monkeypatch.setenv("SYNCMGR_FASTPATH", "0")
     base = _endpoint(daemon)
     status, ctype, before = _get(base + "/metrics")
     assert status == 200 and ctype.startswith("text/plain")
@@ -171,3 +174,36 @@ def test_fast_path_attaches_are_counted(daemon, monkeypatch):
     for op in ("fastpath_attach", "fastpath_ref"):
         series = f'syncmgr_ops_total{{kind="server",op="{op}",result="ok"}}'
         assert _value(after, series) >= _value(before, series) + 1, series
+
+
+def test_fast_path_dead_holder_is_counted_with_its_hold_time(daemon, monkeypatch):
+    """A lock taken by compare-and-swap and held by a process that dies is
+    released by the daemon, counted and logged, with the hold time the
+    client stamped in the word's slot."""
+    from syncmgr import _fast
+
+    if _fast._ext is None:
+        pytest.skip("fast path not built")
+    monkeypatch.setenv("SYNCMGR_FASTPATH", "1")
+    base = _endpoint(daemon)
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, syncmgr; from syncmgr import _fast; "
+        "m = syncmgr.connect(sys.argv[1], bytes.fromhex(sys.argv[2])); lk = m.Lock(name='fast-dead'); "
+        "assert _fast.active(lk); lk.acquire(); print('held', flush=True); sys.stdin.read()"),
+        daemon.address, daemon.key.hex()], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline() == "held\n"
+    time.sleep(0.2)
+    holder.kill()
+    holder.wait(10)
+    deadline = time.monotonic() + 10
+    while True:
+        _, _, after = _get(base + "/metrics")
+        if _value(after, 'syncmgr_dead_holder_releases_total{kind="lock"}') == 1 or time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
+    assert _value(after, 'syncmgr_dead_holder_releases_total{kind="lock"}') == 1, after
+    assert _value(after, 'syncmgr_hold_seconds_count{kind="lock"}') == 1
+    assert _value(after, 'syncmgr_hold_seconds_sum{kind="lock"}') >= 0.2
+    with open(daemon.log) as f:
+        log = f.read()
+    assert '"name":"fast-dead"' in log and '"held_seconds"' in log
