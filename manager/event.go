@@ -45,17 +45,29 @@ func (e *Event) Clear() {
 	e.mu.Unlock()
 }
 
+// NoSince, as WaitGrant's since, counts only sets from the call on.
+const NoSince int64 = -1
+
+// SetSince reports whether the flag is set, or was set after generation
+// since (not NoSince) even if cleared again.
+func (e *Event) SetSince(since int64) bool {
+	x := e.st.W0.Load()
+	return x&eventFlag != 0 || (since >= 0 && int64(x&eventGenMax) != since)
+}
+
 // WaitGrant blocks until the flag is set or the timeout passes; the grant
-// is OK when the flag was set. A wait takes nothing: there is nothing to
-// undo.
-func (e *Event) WaitGrant(ctx context.Context, timeout time.Duration) (Grant, error) {
+// is OK when the flag was set. A set after generation since (a fast-path
+// waiter's, moving to the daemon's queue; NoSince for none) counts too, so
+// that no set between its futex wait and this one is missed. A wait takes
+// nothing: there is nothing to undo.
+func (e *Event) WaitGrant(ctx context.Context, timeout time.Duration, since int64) (Grant, error) {
 	e.mu.Lock()
 	if e.dead != nil {
 		e.mu.Unlock()
 		return Grant{}, e.dead
 	}
-	if e.st.IsSet() || timeout == 0 {
-		f := e.st.IsSet()
+	if e.SetSince(since) || timeout == 0 {
+		f := e.SetSince(since)
 		e.mu.Unlock()
 		return Grant{ok: f}, nil
 	}
@@ -63,7 +75,7 @@ func (e *Event) WaitGrant(ctx context.Context, timeout time.Duration) (Grant, er
 	e.waiters.push(w)
 	// The push set the daemon-waiters bit, after which a fast-path set goes
 	// through the daemon; one that came before it is seen here.
-	if e.st.IsSet() {
+	if e.SetSince(since) {
 		e.waiters.remove(w)
 		e.mu.Unlock()
 		return Grant{ok: true}, nil
@@ -74,7 +86,7 @@ func (e *Event) WaitGrant(ctx context.Context, timeout time.Duration) (Grant, er
 
 // Wait is WaitGrant's result: the flag, false on timeout.
 func (e *Event) Wait(ctx context.Context, timeout time.Duration) (bool, error) {
-	g, err := e.WaitGrant(ctx, timeout)
+	g, err := e.WaitGrant(ctx, timeout, NoSince)
 	return g.OK(), err
 }
 

@@ -11,6 +11,34 @@ func TestEvent(t *testing.T) {
 	s := newSession(t, m)
 	ctx := testCtx(t)
 
+	t.Run("a set after since counts, even cleared again", func(t *testing.T) {
+		e := create[*Event](t, m, s, KindEvent, "e-since", Params{})
+		gen := int64(e.State().W0.Load() & eventGenMax)
+		if g, err := e.WaitGrant(ctx, 0, gen); g.OK() || err != nil {
+			t.Fatalf("nothing set since %d: %v %v", gen, g.OK(), err)
+		}
+		e.Set()
+		e.Clear()
+		if g, err := e.WaitGrant(ctx, 0, gen); !g.OK() || err != nil {
+			t.Fatalf("a set since %d not seen: %v %v", gen, g.OK(), err)
+		}
+		if g, _ := e.WaitGrant(ctx, 0, NoSince); g.OK() {
+			t.Fatal("without since a cleared event waits")
+		}
+		// Parked with since: a later set wakes it as any waiter.
+		now := int64(e.State().W0.Load() & eventGenMax)
+		done := make(chan bool, 1)
+		go func() {
+			g, _ := e.WaitGrant(ctx, 10*time.Second, now)
+			done <- g.OK()
+		}()
+		time.Sleep(20 * time.Millisecond)
+		e.Set()
+		if !<-done {
+			t.Fatal("parked waiter not released by a set")
+		}
+	})
+
 	t.Run("set clear is_set", func(t *testing.T) {
 		e := create[*Event](t, m, s, KindEvent, "e1", Params{})
 		if e.IsSet() {

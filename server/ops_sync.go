@@ -116,11 +116,18 @@ func opEventWait(c *conn, id uint64, a wire.Args) (any, manager.Grant, error) {
 	if err != nil {
 		return nil, manager.Grant{}, err
 	}
-	if e.IsSet() || timeout == 0 {
-		return e.IsSet(), manager.Grant{}, nil
+	since, err := a.Int(wire.ArgSince, manager.NoSince)
+	if err != nil {
+		return nil, manager.Grant{}, err
+	}
+	if since < manager.NoSince {
+		return nil, manager.Grant{}, wire.Errorf(wire.CodeBadRequest, "since must be a generation (>= 0)")
+	}
+	if e.SetSince(since) || timeout == 0 {
+		return e.SetSince(since), manager.Grant{}, nil
 	}
 	return nil, manager.Grant{}, c.park(id, func(ctx context.Context) (any, manager.Grant, error) {
-		g, err := e.WaitGrant(ctx, timeout)
+		g, err := e.WaitGrant(ctx, timeout, since)
 		return g.OK(), g, err
 	})
 }

@@ -108,6 +108,7 @@ const (
 	ArgTID      = "tid"     // the calling thread (lock ownership)
 	ArgBlock    = "block"   // false: do not wait
 	ArgTimeout  = "timeout" // seconds; nil waits for ever
+	ArgSince    = "since"   // Event wait: a generation; any set after it counts (fast-path waiters)
 	ArgValue    = "value"
 	ArgTypecode = "typecode"
 	ArgDelta    = "delta"

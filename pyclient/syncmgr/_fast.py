@@ -53,6 +53,7 @@ except ImportError:  # built without a compiler: the socket path only
     _ext = None
 
 OK, BUSY, DAEMON = 0, 1, 2
+_EVENT_GEN = (1 << 29) - 2  # an Event word's generation bits (1-28)
 _KIND_LOCK, _KIND_RLOCK, _KIND_EVENT, _KIND_VALUE = 1, 2, 5, 6
 
 # Value typecodes the words hold: (class, width) as the extension takes them.
@@ -413,10 +414,20 @@ class _EventHandle(_Handle):
                 return bool(self.slow("wait", timeout))
         if not self.usable():
             return bool(self.slow("wait", timeout))
-        r = self.seg.event_wait(self.off, t)
+        start = _monotonic()
+        gen = self.seg.state(self.off) & _EVENT_GEN
+        short = t <= FUTEX_WAIT and t >= 0
+        r = self.seg.event_wait_since(self.off, gen, t if short else FUTEX_WAIT)
         if r is None:  # the daemon went away during the wait
             return bool(self.slow("wait", timeout))
-        return bool(r)
+        if r or short:
+            return bool(r)
+        # Still clear after FUTEX_WAIT: the daemon's queue for the rest, counting any set since gen.
+        p = self.proxy()
+        if p is None:
+            raise exc.SyncMgrError("the proxy is gone")
+        left = None if t < 0 else max(0.0, t - (_monotonic() - start))
+        return bool(p._call_blocking("wait", left, timeout=left, since=gen))
 
 
 class _ValueHandle(_Handle):

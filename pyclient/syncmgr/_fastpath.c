@@ -397,18 +397,11 @@ static PyObject *seg_event_clear(Segment *s, PyObject *const *args, Py_ssize_t n
     }
 }
 
-/* event_wait(off, timeout) -> bool: set (or set and cleared since the call);
- * None when the segment was detached meanwhile */
-static PyObject *seg_event_wait(Segment *s, PyObject *const *args, Py_ssize_t nargs) {
-    NARGS(2, "event_wait");
-    uint64_t *w = word_at(s, args[0], 0);
-    double timeout;
-    if (w == NULL || get_timeout(args[1], &timeout) < 0)
-        return NULL;
-    uint64_t x = LOAD(w);
-    uint64_t gen = x & EVENT_GEN_MAX;
+/* Waits until the flag is set or the generation is no longer gen. */
+static PyObject *event_wait_core(Segment *s, uint64_t *w, uint64_t gen, double timeout) {
     Wait wt = {0, 0, 0};
     for (;;) {
+        uint64_t x = LOAD(w);
         if ((x & EVENT_FLAG) || (x & EVENT_GEN_MAX) != gen)
             Py_RETURN_TRUE;
         int r = wait_turn(s, w, x, timeout, &wt);
@@ -418,8 +411,29 @@ static PyObject *seg_event_wait(Segment *s, PyObject *const *args, Py_ssize_t na
             Py_RETURN_FALSE;
         if (r == 2)
             Py_RETURN_NONE; /* the daemon is gone: ask the socket path */
-        x = LOAD(w);
     }
+}
+
+/* event_wait(off, timeout) -> bool: set (or set and cleared since the call);
+ * None when the segment was detached meanwhile */
+static PyObject *seg_event_wait(Segment *s, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(2, "event_wait");
+    uint64_t *w = word_at(s, args[0], 0);
+    double timeout;
+    if (w == NULL || get_timeout(args[1], &timeout) < 0)
+        return NULL;
+    return event_wait_core(s, w, LOAD(w) & EVENT_GEN_MAX, timeout);
+}
+
+/* event_wait_since(off, gen, timeout) -> bool: as event_wait, counting any
+ * set after generation gen (read earlier from the state word) */
+static PyObject *seg_event_wait_since(Segment *s, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(3, "event_wait_since");
+    uint64_t *w = word_at(s, args[0], 0), gen;
+    double timeout;
+    if (w == NULL || get_u64(args[1], &gen) < 0 || get_timeout(args[2], &timeout) < 0)
+        return NULL;
+    return event_wait_core(s, w, gen & EVENT_GEN_MAX, timeout);
 }
 
 /* --- Value --------------------------------------------------------------- */
@@ -735,6 +749,7 @@ static PyMethodDef seg_methods[] = {
     M(event_set, "event_set(off) -> OK or DAEMON"),
     M(event_clear, "event_clear(off)"),
     M(event_wait, "event_wait(off, timeout) -> bool"),
+    M(event_wait_since, "event_wait_since(off, gen, timeout) -> bool: any set after generation gen counts"),
     M(value_get, "value_get(off, cls) -> value"),
     M(value_set, "value_set(off, cls, value)"),
     M(value_add, "value_add(off, cls, delta) -> new value"),

@@ -308,3 +308,27 @@ def test_fallback_to_the_socket_path(m, daemon, env):
     p.communicate(timeout=10)
     assert lock.acquire(timeout=10) is True  # its session ended: released
     lock.release()
+
+
+def test_long_event_wait_moves_to_the_daemon_and_misses_no_set(m, daemon):
+    e = m.Event(name="fp-long-wait")
+    got = []
+    t = threading.Thread(target=lambda: got.append(e.wait(30)))
+    t.start()
+    # Past FUTEX_WAIT the waiter is in the daemon's queue: status shows it.
+    assert wait_until(lambda: any(w["name"] == "fp-long-wait" for w in m.status()["waiting"]))
+    e.set()  # the daemon bit is set: this set goes through the daemon
+    t.join(10)
+    assert got == [True]
+
+    # A set and clear between a waiter's futex wait and its request: the
+    # generation it sends as `since` still counts the set.
+    e.clear()
+    gen = e._fast.seg.state(e._fast.off) & _fast._EVENT_GEN
+    e.set()
+    e.clear()
+    assert e._call_blocking("wait", 0.0, timeout=0.0, since=gen) is True
+    gen = e._fast.seg.state(e._fast.off) & _fast._EVENT_GEN
+    assert e._call_blocking("wait", 0.0, timeout=0.0, since=gen) is False
+    with pytest.raises(syncmgr.SyncMgrError):
+        e._call_blocking("wait", 0.0, timeout=0.0, since=-5)
