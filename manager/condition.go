@@ -192,8 +192,15 @@ func (c *Condition) notify(n int) {
 }
 
 // Describe implements Object.
-func (c *Condition) Describe() (string, int) {
-	st, _ := c.lock.Describe()
+func (c *Condition) Describe() (string, int) { return c.describeBy(nil) }
+
+func (c *Condition) describeBy(bySlot func(Slot) *Session) (string, int) {
+	var st string
+	if d, ok := c.lock.(ownerDescriber); ok {
+		st, _ = d.describeBy(bySlot)
+	} else {
+		st, _ = c.lock.Describe()
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return fmt.Sprintf("lock %s: %s", c.lock.Name(), st), c.waiters.len()

@@ -128,13 +128,15 @@ func (l *Lock) releaseSession(s *Session) {
 }
 
 // Describe implements Object.
-func (l *Lock) Describe() (string, int) {
+func (l *Lock) Describe() (string, int) { return l.describeBy(nil) }
+
+func (l *Lock) describeBy(bySlot func(Slot) *Session) (string, int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.st.Owner() == 0 {
 		return "unlocked", l.waiters.len()
 	}
-	return fmt.Sprintf("locked by %s thread %d", describeOwner(l.holder, l.st.Owner()), int64(l.st.TID.Load())), l.waiters.len()
+	return fmt.Sprintf("locked by %s thread %d", describeOwner(l.holder, l.st.Owner(), bySlot), int64(l.st.TID.Load())), l.waiters.len()
 }
 
 func (l *Lock) fail(err error) {
@@ -279,14 +281,16 @@ func (r *RLock) releaseSession(s *Session) {
 }
 
 // Describe implements Object.
-func (r *RLock) Describe() (string, int) {
+func (r *RLock) Describe() (string, int) { return r.describeBy(nil) }
+
+func (r *RLock) describeBy(bySlot func(Slot) *Session) (string, int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	slot, tid, depth := r.st.Owner()
 	if depth == 0 {
 		return "unlocked", r.waiters.len()
 	}
-	return fmt.Sprintf("locked by %s thread %d, depth %d", describeOwner(r.holder, slot), tid, depth), r.waiters.len()
+	return fmt.Sprintf("locked by %s thread %d, depth %d", describeOwner(r.holder, slot, bySlot), tid, depth), r.waiters.len()
 }
 
 func (r *RLock) fail(err error) {
@@ -297,12 +301,25 @@ func (r *RLock) fail(err error) {
 }
 
 // describeOwner names a holder for status listings: by session id when the
-// daemon recorded the holder, by slot otherwise (a word set from outside).
-func describeOwner(holder *Session, slot Slot) string {
-	if holder != nil && holder.Slot() == slot {
+// daemon recorded the holder or bySlot (nil: none) knows the session of the
+// slot a fast-path owner wrote, by slot otherwise.
+func describeOwner(holder *Session, slot Slot, bySlot func(Slot) *Session) string {
+	if holder == nil || holder.Slot() != slot {
+		holder = nil
+		if bySlot != nil {
+			holder = bySlot(slot)
+		}
+	}
+	if holder != nil {
 		return fmt.Sprintf("session %d", holder.ID)
 	}
 	return fmt.Sprintf("slot %d", slot)
+}
+
+// ownerDescriber is an object whose description names an owner's slot;
+// Snapshot passes the live sessions by slot so that it names the session.
+type ownerDescriber interface {
+	describeBy(bySlot func(Slot) *Session) (string, int)
 }
 
 // HeldSince reports when the lock's current holder took it.

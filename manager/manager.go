@@ -711,18 +711,27 @@ func (m *Manager) Snapshot(limit int) ([]ObjectInfo, []SessionInfo) {
 	}
 	ss := make([]SessionInfo, 0, len(m.sessions))
 	sessions := make([]*Session, 0, len(m.sessions))
+	slots := make(map[Slot]*Session, len(m.sessions))
 	for _, s := range m.sessions {
 		ss = append(ss, SessionInfo{ID: s.ID, PID: s.PID, Label: s.Label, Conns: s.conns})
 		sessions = append(sessions, s)
+		slots[s.Slot()] = s
 	}
 	m.mu.RUnlock()
+	bySlot := func(sl Slot) *Session { return slots[sl] }
 	sort.Slice(es, func(i, j int) bool { return es[i].name < es[j].name })
 	if limit > 0 && len(es) > limit {
 		es = es[:limit]
 	}
 	objs := make([]ObjectInfo, len(es))
 	for i, x := range es {
-		st, w := x.e.obj.Describe()
+		var st string
+		var w int
+		if d, ok := x.e.obj.(ownerDescriber); ok {
+			st, w = d.describeBy(bySlot)
+		} else {
+			st, w = x.e.obj.Describe()
+		}
 		objs[i] = ObjectInfo{Kind: x.e.obj.Kind(), Name: x.name, State: st, Waiters: w, Refs: refs[x.e], Anonymous: x.e.anon}
 		if h, ok := x.e.obj.(interface{ HeldSince() (time.Time, bool) }); ok {
 			if since, held := h.HeldSince(); held {

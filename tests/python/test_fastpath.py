@@ -60,7 +60,7 @@ def test_lock_semantics(m):
     t0 = time.monotonic()
     assert lk.acquire(timeout=0.1) is False
     assert time.monotonic() - t0 >= 0.1
-    assert "locked" in lock_state(m, "fp-lock")  # the daemon sees the fast-path holder
+    assert lock_state(m, "fp-lock").startswith("locked by session ")  # the daemon names the fast-path holder
     lk.release()
     assert lock_state(m, "fp-lock") == "unlocked"
     with pytest.raises(syncmgr.NotOwnerError):
