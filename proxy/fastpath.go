@@ -25,6 +25,11 @@ import (
 // connection is noticed within it.
 const fastWait = 20 * time.Millisecond
 
+// fastQueueAfter is how long a contended wait stays on the futex before it
+// joins the daemon's queue (as the Python client's FUTEX_WAIT): short waits
+// keep the futex hand-off, long ones are FIFO and shown by status.
+const fastQueueAfter = 50 * time.Millisecond
+
 // WithFastPath asks for the same-host fast path; Dial falls back to the
 // socket silently when it is not available (FastPath reports which).
 // SYNCMGR_FASTPATH=0 in the environment turns it off.
@@ -151,6 +156,7 @@ func (f *fastWord) usable() bool {
 // ends, in bounded futex sleeps. It returns statemem.Daemon to send the op
 // over the socket.
 func (f *fastWord) acquire(ctx context.Context, tid int64, wait bool, deadline time.Time) (statemem.Result, error) {
+	queueAt := time.Now().Add(fastQueueAfter)
 	for {
 		d := time.Duration(0)
 		if wait {
@@ -181,6 +187,9 @@ func (f *fastWord) acquire(ctx context.Context, tid int64, wait bool, deadline t
 		}
 		if !deadline.IsZero() && !time.Now().Before(deadline) {
 			return statemem.Busy, nil
+		}
+		if !time.Now().Before(queueAt) {
+			return statemem.Daemon, nil // a long wait: the daemon's queue
 		}
 	}
 }

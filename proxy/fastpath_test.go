@@ -167,3 +167,57 @@ func TestFastPathFallsBack(t *testing.T) {
 		t.Fatal("SYNCMGR_FASTPATH=0 ignored")
 	}
 }
+
+// TestFastPathLongWaitsJoinTheDaemonQueue: a fast waiter still waiting after
+// fastQueueAfter waits in the daemon's queue (which sets the daemon bit), and
+// is released from there by a fast client's release or set.
+func TestFastPathLongWaitsJoinTheDaemonQueue(t *testing.T) {
+	path := serveFast(t)
+	ctx := context.Background()
+	a := dialC(t, path, proxy.WithFastPath())
+	b := dialC(t, path, proxy.WithFastPath())
+	l, _ := a.Lock(ctx, "q-l")
+	bl, _ := b.Lock(ctx, "q-l")
+	if err := l.Acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() { got <- bl.Acquire(ctx) }()
+	ev, _ := a.Event(ctx, "q-ev")
+	bev, _ := b.Event(ctx, "q-ev")
+	set := make(chan bool, 1)
+	go func() { ok, _ := bev.WaitTimeout(ctx, 10*time.Second); set <- ok }()
+	time.Sleep(300 * time.Millisecond) // past fastQueueAfter: both wait in the daemon
+	st, err := a.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w, _ := st["waiting"].([]any); len(w) != 2 {
+		t.Fatalf("status lists %d waiters, want 2: %v", len(w), st["waiting"])
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := ev.Set(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(bound):
+		t.Fatal("queued waiter never got the lock")
+	}
+	select {
+	case ok := <-set:
+		if !ok {
+			t.Fatal("queued event waiter timed out")
+		}
+	case <-time.After(bound):
+		t.Fatal("queued event waiter never woke")
+	}
+	if ok, _ := l.TryAcquire(ctx); ok {
+		t.Fatal("the lock should be b's")
+	}
+}

@@ -168,12 +168,14 @@ func (e *Event) IsSet(ctx context.Context) (bool, error) {
 }
 
 // fastWait waits on the word in bounded sleeps; done false means "use the
-// socket" (the connection is gone).
-func (e *Event) fastWait(ctx context.Context, deadline time.Time) (set, done bool, err error) {
+// socket" (the connection is gone, or the wait outlasted fastQueueAfter),
+// counting sets after since (-1: none).
+func (e *Event) fastWait(ctx context.Context, deadline time.Time) (set, done bool, since int64, err error) {
 	if !e.fw.usable() {
-		return false, false, nil
+		return false, false, -1, nil
 	}
 	gen := statemem.EventGen(e.fw.w)
+	queueAt := time.Now().Add(fastQueueAfter)
 	for {
 		d := fastWait
 		if !deadline.IsZero() {
@@ -182,30 +184,42 @@ func (e *Event) fastWait(ctx context.Context, deadline time.Time) (set, done boo
 			}
 		}
 		if statemem.EventWaitSince(e.fw.w, gen, d) {
-			return true, true, nil
+			return true, true, -1, nil
 		}
 		if err := ctx.Err(); err != nil {
-			return false, true, err
+			return false, true, -1, err
 		}
 		if !deadline.IsZero() && !time.Now().Before(deadline) {
-			return false, true, nil
+			return false, true, -1, nil
 		}
 		if !e.fw.usable() {
-			return false, false, nil
+			return false, false, -1, nil
+		}
+		if !time.Now().Before(queueAt) {
+			return false, false, int64(gen), nil // a long wait: the daemon's queue
 		}
 	}
+}
+
+// sinceArgs passes a fast-path waiter's generation to the daemon.
+func sinceArgs(since int64, args ...any) []any {
+	if since >= 0 {
+		return append(args, wire.ArgSince, since)
+	}
+	return args
 }
 
 // Wait blocks until the flag is set or ctx ends.
 func (e *Event) Wait(ctx context.Context) error {
 	dl, _ := ctx.Deadline()
-	if set, done, err := e.fastWait(ctx, dl); done {
+	set, done, since, err := e.fastWait(ctx, dl)
+	if done {
 		if err == nil && !set {
 			err = context.DeadlineExceeded
 		}
 		return err
 	}
-	res, err := e.call(ctx, wire.OpWait, nil, timeoutArgs(ctx)...)
+	res, err := e.call(ctx, wire.OpWait, nil, sinceArgs(since, timeoutArgs(ctx)...)...)
 	if err != nil {
 		return err
 	}
@@ -217,10 +231,13 @@ func (e *Event) Wait(ctx context.Context) error {
 
 // WaitTimeout waits at most d and returns the flag.
 func (e *Event) WaitTimeout(ctx context.Context, d time.Duration) (bool, error) {
-	if set, done, err := e.fastWait(ctx, time.Now().Add(d)); done {
+	deadline := time.Now().Add(d)
+	set, done, since, err := e.fastWait(ctx, deadline)
+	if done {
 		return set, err
 	}
-	res, err := e.call(ctx, wire.OpWait, nil, wire.ArgTimeout, d.Seconds())
+	left := max(time.Until(deadline), 0)
+	res, err := e.call(ctx, wire.OpWait, nil, sinceArgs(since, wire.ArgTimeout, left.Seconds())...)
 	return res == true, err
 }
 

@@ -22,7 +22,9 @@ func MonoNow() uint64 {
 func Stamp(since *uint64) { atomic.StoreUint64(since, MonoNow()) }
 
 // SinceTime converts a since field's value to wall-clock time; ok is false
-// for 0 (never stamped) or a stamp from the future (another boot).
+// for 0 (never stamped) or a stamp from the future (another boot). Stamps
+// may come from CLOCK_MONOTONIC_COARSE (the C extension's), which lags this
+// clock by at most a tick: a hold reads a few milliseconds longer at most.
 func SinceTime(v uint64) (t time.Time, ok bool) {
 	now := MonoNow()
 	if v == 0 || v > now {
