@@ -262,6 +262,7 @@ def test_ctrl_c_during_a_futex_wait_leaves_nothing_held(m, daemon):
     p = run_py(daemon, """
         import syncmgr, sys
         from syncmgr import _fast
+        _fast.FUTEX_WAIT = 60.0  # stay on the futex (not the daemon's queue) for this test
         m = syncmgr.connect()
         lock = m.Lock(name="fp-ctrl-c")
         assert _fast.active(lock)

@@ -39,6 +39,18 @@ def _value(text: str, series: str) -> float:
     return 0.0
 
 
+def _metrics_once(base: str, series: str, want: float) -> str:
+    """The metrics page once series reads want (asserted, within 10 s)."""
+    deadline = time.monotonic() + 10
+    while True:
+        _, _, text = _get(base + "/metrics")
+        if _value(text, series) == want or time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
+    assert _value(text, series) == want, text
+    return text
+
+
 @pytest.fixture
 def daemon():
     d = start_daemon("--metrics", "127.0.0.1:0", "--log-format", "json", "--log-level", "info")
@@ -92,13 +104,7 @@ def test_metrics_move_during_a_run(daemon, monkeypatch):
     assert holder.stdout.readline() == "held\n"
     holder.kill()
     holder.wait(10)
-    deadline = time.monotonic() + 10
-    while True:
-        _, _, after = _get(base + "/metrics")
-        if _value(after, 'syncmgr_dead_holder_releases_total{kind="lock"}') == 1 or time.monotonic() > deadline:
-            break
-        time.sleep(0.02)
-    assert _value(after, 'syncmgr_dead_holder_releases_total{kind="lock"}') == 1, after
+    after = _metrics_once(base, 'syncmgr_dead_holder_releases_total{kind="lock"}', 1)
     assert _value(after, 'syncmgr_hold_seconds_count{kind="lock"}') >= 1
     assert _value(after, 'syncmgr_ops_total{kind="lock",op="acquire",result="ok"}') >= 3
     assert _value(after, 'syncmgr_ops_total{kind="queue",op="get",result="ok"}') >= 1
@@ -195,13 +201,7 @@ def test_fast_path_dead_holder_is_counted_with_its_hold_time(daemon, monkeypatch
     time.sleep(0.2)
     holder.kill()
     holder.wait(10)
-    deadline = time.monotonic() + 10
-    while True:
-        _, _, after = _get(base + "/metrics")
-        if _value(after, 'syncmgr_dead_holder_releases_total{kind="lock"}') == 1 or time.monotonic() > deadline:
-            break
-        time.sleep(0.02)
-    assert _value(after, 'syncmgr_dead_holder_releases_total{kind="lock"}') == 1, after
+    after = _metrics_once(base, 'syncmgr_dead_holder_releases_total{kind="lock"}', 1)
     assert _value(after, 'syncmgr_hold_seconds_count{kind="lock"}') == 1
     assert _value(after, 'syncmgr_hold_seconds_sum{kind="lock"}') >= 0.2
     with open(daemon.log) as f:
