@@ -8,7 +8,7 @@ PY      := $(VENV)/bin/python
 BIN     := bin/syncmgr
 GOFILES := $(shell find . -name '*.go' -not -path './.venv/*' 2>/dev/null)
 
-.PHONY: all build venv test test-go test-py test-outside test-wheel wheel wheel-all lint lint-py fuzz demo demo-compare bench bench-smoke bench-targets bench-targets-smoke soak soak-smoke clean
+.PHONY: all build venv test test-go test-py test-py-socket test-outside test-wheel wheel wheel-all lint lint-py fuzz demo demo-compare bench bench-smoke bench-targets bench-targets-smoke soak soak-smoke clean
 
 all: build
 
@@ -46,6 +46,11 @@ lint-py: venv
 test-py: build venv lint-py
 	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) -m pytest -q tests/python
 
+# The same suite with the fast path off: the socket path every TCP, remote or
+# compiler-less client uses (the fast-path tests themselves skip).
+test-py-socket: build venv
+	SYNCMGR_FASTPATH=0 SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) -m pytest -q tests/python
+
 # The load test: many client processes, random SIGKILLs, invariants checked.
 soak: build
 	$(GO) run ./tests/soak -bin $(BIN) -clients 64 -ops 3000 -kill-every 100ms
@@ -76,7 +81,7 @@ test-wheel: venv
 test-outside: build venv
 	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) tests/outside/run_outside.py $(OUTSIDE_ARGS)
 
-test: test-go fuzz soak-smoke bench-smoke bench-targets-smoke test-wheel test-py test-outside
+test: test-go fuzz soak-smoke bench-smoke bench-targets-smoke test-wheel test-py test-py-socket test-outside
 
 # The Ape-X DQN on Ray + cpprb + syncmgr: exits 0 only if it learned CartPole-v1
 # (greedy return >= 195) and left nothing in /dev/shm. Flags: DEMO_ARGS="--seed 3".
