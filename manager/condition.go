@@ -194,6 +194,14 @@ func (c *Condition) notify(n int) {
 // Describe implements Object.
 func (c *Condition) Describe() (string, int) { return c.describeBy(nil) }
 
+// heldBy counts the condition's private lock (a shared Lock is an object of
+// its own, counted there).
+func (c *Condition) heldBy(n map[Slot]int) {
+	if r, ok := c.lock.(*RLock); ok && r.name == c.name+".lock" {
+		r.heldBy(n)
+	}
+}
+
 func (c *Condition) describeBy(bySlot func(Slot) *Session) (string, int) {
 	var st string
 	if d, ok := c.lock.(ownerDescriber); ok {

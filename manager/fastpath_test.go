@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -238,3 +239,68 @@ func TestFastEventAndValue(t *testing.T) {
 		t.Fatalf("condition's lock kind %d", cr.Kind())
 	}
 }
+
+// Status counts holds from the words: a CAS holder is counted and named by
+// its session; a lock taken through the daemon and released by CAS is not
+// counted, and its stale hold is dropped (not reported) at the next take.
+func TestSnapshotHoldsFromTheWords(t *testing.T) {
+	var ends []HoldEnd
+	var mu sync.Mutex
+	cfg := DefaultConfig()
+	cfg.OnHoldEnd = func(h HoldEnd) { mu.Lock(); ends = append(ends, h); mu.Unlock() }
+	seg, err := statemem.Create(t.TempDir(), "state", 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { seg.Close() })
+	m := newManager(t, cfg)
+	m.EnableFastPath(seg)
+	a, b := newSession(t, m), newSession(t, m)
+	ctx := testCtx(t)
+	l := create[*Lock](t, m, a, KindLock, "sh", Params{})
+	r := fastRef(t, m, l)
+	w, aux := seg.State(r.Off), seg.Aux(r.Off)
+
+	holds := func() map[uint64]int {
+		_, ss := m.Snapshot(0)
+		n := map[uint64]int{}
+		for _, s := range ss {
+			n[s.ID] = s.Holds
+		}
+		return n
+	}
+	if got := statemem.LockAcquire(w, aux, uint32(b.Slot()), 7, 0); got != statemem.OK {
+		t.Fatalf("fast acquire: %v", got)
+	}
+	if n := holds(); n[b.ID] != 1 || n[a.ID] != 0 {
+		t.Fatalf("holds with a CAS holder: %v", n)
+	}
+	objs, _ := m.Snapshot(0)
+	if objs[0].State != "locked by session "+itoa(b.ID)+" thread 7" {
+		t.Fatalf("state %q", objs[0].State)
+	}
+	statemem.LockRelease(w, aux)
+
+	if ok, err := l.Acquire(ctx, a, 1, false, 0); !ok || err != nil { // through the daemon
+		t.Fatalf("daemon acquire: %v %v", ok, err)
+	}
+	statemem.LockRelease(w, aux) // released by CAS: the daemon does not see it
+	if n := holds(); n[a.ID] != 0 {
+		t.Fatalf("a lock released by CAS still counted: %v", n)
+	}
+	if ok, _ := l.Acquire(ctx, b, 1, false, 0); !ok {
+		t.Fatal("b could not take the free lock")
+	}
+	if a.Holds() != 0 {
+		t.Fatalf("a's stale hold survived the next take: %d", a.Holds())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, e := range ends {
+		if e.Session == a {
+			t.Fatalf("a stale hold was reported as ended: %+v", e)
+		}
+	}
+}
+
+func itoa(v uint64) string { return strconv.FormatUint(v, 10) }

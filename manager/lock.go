@@ -69,10 +69,22 @@ func (l *Lock) Acquire(ctx context.Context, s *Session, tid int64, block bool, t
 	return g.OK(), err
 }
 
+// forgetHolder ends the recorded hold: reported when the recorded holder is
+// the word's owner, dropped when it is not (it released by CAS meanwhile).
+func (l *Lock) forgetHolder(owner Slot) {
+	if l.holder != nil && l.holder.Slot() == owner {
+		l.holder.unhold(l)
+	} else {
+		l.holder.dropHold(l)
+	}
+	l.holder = nil
+}
+
 func (l *Lock) take(s *Session, tid int64) bool {
 	if !l.st.TryTake(s.Slot(), tid) {
 		return false
 	}
+	l.holder.dropHold(l) // the word was free: a recorded holder released by CAS
 	l.holder = s
 	s.hold(l)
 	return true
@@ -80,8 +92,7 @@ func (l *Lock) take(s *Session, tid int64) bool {
 
 // handOn gives the lock to the first waiter, or frees it.
 func (l *Lock) handOn() {
-	l.holder.unhold(l)
-	l.holder = nil
+	l.forgetHolder(l.st.Owner())
 	if w := l.waiters.front(); w != nil {
 		// Straight to the waiter: the word never reads free in between.
 		l.st.Transfer(w.sess.Slot(), w.tid)
@@ -216,6 +227,7 @@ func (r *RLock) tryTake(s *Session, tid int64) bool {
 	if !r.st.TryTake(s.Slot(), tid) {
 		return false
 	}
+	r.holder.dropHold(r) // the word was free: a recorded holder released by CAS
 	r.holder = s
 	s.hold(r)
 	return true
@@ -228,7 +240,12 @@ func (r *RLock) take(s *Session, tid int64, n int64) {
 }
 
 func (r *RLock) handOn() {
-	r.holder.unhold(r)
+	slot, _, _ := r.st.Owner()
+	if r.holder != nil && r.holder.Slot() == slot {
+		r.holder.unhold(r)
+	} else {
+		r.holder.dropHold(r)
+	}
 	r.holder = nil
 	if w := r.waiters.front(); w != nil {
 		r.take(w.sess, w.tid, 1) // straight to the waiter
@@ -314,6 +331,20 @@ func describeOwner(holder *Session, slot Slot, bySlot func(Slot) *Session) strin
 		return fmt.Sprintf("session %d", holder.ID)
 	}
 	return fmt.Sprintf("slot %d", slot)
+}
+
+// heldBy counts what each slot holds of the object, for status: a lock's
+// word names its owner whether the daemon or a compare-and-swap took it.
+func (l *Lock) heldBy(n map[Slot]int) {
+	if o := l.st.Owner(); o != 0 {
+		n[o]++
+	}
+}
+
+func (r *RLock) heldBy(n map[Slot]int) {
+	if o, _, d := r.st.Owner(); d > 0 {
+		n[o]++
+	}
 }
 
 // ownerDescriber is an object whose description names an owner's slot;

@@ -274,6 +274,20 @@ func (s *Session) fastHoldEnded(h interface {
 	s.onHoldEnd(end)
 }
 
+// dropHold forgets s's hold of h without reporting its end: a lock s took
+// through the daemon and released by compare-and-swap on the fast path, which
+// the daemon learns of only when it next changes the lock (when the hold
+// really ended is unknown).
+func (s *Session) dropHold(h holder) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	delete(s.holds, h)
+	delete(s.holdSince, h)
+	s.mu.Unlock()
+}
+
 // Holds returns how many holdings the session has (locks and units).
 func (s *Session) Holds() int {
 	s.mu.Lock()
@@ -720,6 +734,12 @@ func (m *Manager) Snapshot(limit int) ([]ObjectInfo, []SessionInfo) {
 	m.mu.RUnlock()
 	bySlot := func(sl Slot) *Session { return slots[sl] }
 	sort.Slice(es, func(i, j int) bool { return es[i].name < es[j].name })
+	held := make(map[Slot]int) // from the objects' words: fast-path holds included
+	for _, x := range es {
+		if h, ok := x.e.obj.(interface{ heldBy(map[Slot]int) }); ok {
+			h.heldBy(held)
+		}
+	}
 	if limit > 0 && len(es) > limit {
 		es = es[:limit]
 	}
@@ -740,7 +760,7 @@ func (m *Manager) Snapshot(limit int) ([]ObjectInfo, []SessionInfo) {
 		}
 	}
 	for i, s := range sessions {
-		ss[i].Holds = s.Holds()
+		ss[i].Holds = held[s.Slot()]
 	}
 	sort.Slice(ss, func(i, j int) bool { return ss[i].ID < ss[j].ID })
 	return objs, ss

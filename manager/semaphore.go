@@ -161,6 +161,14 @@ func (m *Semaphore) releaseSession(s *Session) {
 	}
 }
 
+func (m *Semaphore) heldBy(n map[Slot]int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for sl, h := range m.held {
+		n[sl] += int(h.n)
+	}
+}
+
 // Describe implements Object.
 func (m *Semaphore) Describe() (string, int) {
 	m.mu.Lock()
