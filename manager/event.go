@@ -66,10 +66,9 @@ func (e *Event) WaitGrant(ctx context.Context, timeout time.Duration, since int6
 		e.mu.Unlock()
 		return Grant{}, e.dead
 	}
-	if e.SetSince(since) || timeout == 0 {
-		f := e.SetSince(since)
+	if set := e.SetSince(since); set || timeout == 0 {
 		e.mu.Unlock()
-		return Grant{ok: f}, nil
+		return Grant{ok: set}, nil
 	}
 	w := newWaiter(nil, 0)
 	e.waiters.push(w)

@@ -69,15 +69,15 @@ func (l *Lock) Acquire(ctx context.Context, s *Session, tid int64, block bool, t
 	return g.OK(), err
 }
 
-// forgetHolder ends the recorded hold: reported when the recorded holder is
-// the word's owner, dropped when it is not (it released by CAS meanwhile).
-func (l *Lock) forgetHolder(owner Slot) {
-	if l.holder != nil && l.holder.Slot() == owner {
-		l.holder.unhold(l)
+// endHold ends the hold of h the daemon recorded for holder: reported when
+// holder is still the word's owner, dropped when it is not (it released by
+// CAS meanwhile, at a time the daemon does not know).
+func endHold(holder *Session, owner Slot, h holder) {
+	if holder != nil && holder.Slot() == owner {
+		holder.unhold(h)
 	} else {
-		l.holder.dropHold(l)
+		holder.dropHold(h)
 	}
-	l.holder = nil
 }
 
 func (l *Lock) take(s *Session, tid int64) bool {
@@ -92,7 +92,8 @@ func (l *Lock) take(s *Session, tid int64) bool {
 
 // handOn gives the lock to the first waiter, or frees it.
 func (l *Lock) handOn() {
-	l.forgetHolder(l.st.Owner())
+	endHold(l.holder, l.st.Owner(), l)
+	l.holder = nil
 	if w := l.waiters.front(); w != nil {
 		// Straight to the waiter: the word never reads free in between.
 		l.st.Transfer(w.sess.Slot(), w.tid)
@@ -241,11 +242,7 @@ func (r *RLock) take(s *Session, tid int64, n int64) {
 
 func (r *RLock) handOn() {
 	slot, _, _ := r.st.Owner()
-	if r.holder != nil && r.holder.Slot() == slot {
-		r.holder.unhold(r)
-	} else {
-		r.holder.dropHold(r)
-	}
+	endHold(r.holder, slot, r)
 	r.holder = nil
 	if w := r.waiters.front(); w != nil {
 		r.take(w.sess, w.tid, 1) // straight to the waiter

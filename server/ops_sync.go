@@ -123,8 +123,8 @@ func opEventWait(c *conn, id uint64, a wire.Args) (any, manager.Grant, error) {
 	if since < manager.NoSince {
 		return nil, manager.Grant{}, wire.Errorf(wire.CodeBadRequest, "since must be a generation (>= 0)")
 	}
-	if e.SetSince(since) || timeout == 0 {
-		return e.SetSince(since), manager.Grant{}, nil
+	if set := e.SetSince(since); set || timeout == 0 {
+		return set, manager.Grant{}, nil
 	}
 	return nil, manager.Grant{}, c.park(id, func(ctx context.Context) (any, manager.Grant, error) {
 		g, err := e.WaitGrant(ctx, timeout, since)
