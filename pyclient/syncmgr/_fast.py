@@ -53,7 +53,6 @@ except ImportError:  # built without a compiler: the socket path only
     _ext = None
 
 OK, BUSY, DAEMON = 0, 1, 2
-_EVENT_GEN = (1 << 29) - 2  # an Event word's generation bits (1-28)
 _KIND_LOCK, _KIND_RLOCK, _KIND_EVENT, _KIND_VALUE = 1, 2, 5, 6
 
 # Value typecodes the words hold: (class, width) as the extension takes them.
@@ -415,7 +414,7 @@ class _EventHandle(_Handle):
         if not self.usable():
             return bool(self.slow("wait", timeout))
         start = _monotonic()
-        gen = self.seg.state(self.off) & _EVENT_GEN
+        gen = self.seg.event_gen(self.off)
         short = t <= FUTEX_WAIT and t >= 0
         r = self.seg.event_wait_since(self.off, gen, t if short else FUTEX_WAIT)
         if r is None:  # the daemon went away during the wait

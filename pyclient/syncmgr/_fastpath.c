@@ -320,15 +320,23 @@ static int rlock_release_core(uint64_t *w, uint64_t slot, uint64_t tid) {
 
 static PyObject *result(int r) { return r < 0 ? NULL : PyLong_FromLong(r); }
 
-/* lock_acquire(off, slot, tid, timeout) -> OK | BUSY | DAEMON */
-static PyObject *seg_lock_acquire(Segment *s, PyObject *const *args, Py_ssize_t nargs) {
-    NARGS(4, "lock_acquire");
+/* The acquire loop of a Lock or an RLock. */
+typedef int (*acquire_core)(Segment *s, uint64_t *w, uint64_t slot, uint64_t tid, double timeout);
+
+/* Parses (off, slot, tid, timeout) and runs core on them. */
+static PyObject *acquire_call(Segment *s, PyObject *const *args, acquire_core core) {
     uint64_t *w = word_at(s, args[0], 0), slot, tid;
     double timeout;
     if (w == NULL || get_slot(args[1], &slot) < 0 || get_tid(args[2], &tid) < 0 ||
         get_timeout(args[3], &timeout) < 0)
         return NULL;
-    return result(lock_acquire_core(s, w, slot, tid, timeout));
+    return result(core(s, w, slot, tid, timeout));
+}
+
+/* lock_acquire(off, slot, tid, timeout) -> OK | BUSY | DAEMON */
+static PyObject *seg_lock_acquire(Segment *s, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(4, "lock_acquire");
+    return acquire_call(s, args, lock_acquire_core);
 }
 
 /* lock_release(off) -> OK | DAEMON | NOT_OWNER; any session may release */
@@ -343,12 +351,7 @@ static PyObject *seg_lock_release(Segment *s, PyObject *const *args, Py_ssize_t 
 /* rlock_acquire(off, slot, tid, timeout) -> OK | BUSY | DAEMON */
 static PyObject *seg_rlock_acquire(Segment *s, PyObject *const *args, Py_ssize_t nargs) {
     NARGS(4, "rlock_acquire");
-    uint64_t *w = word_at(s, args[0], 0), slot, tid;
-    double timeout;
-    if (w == NULL || get_slot(args[1], &slot) < 0 || get_tid(args[2], &tid) < 0 ||
-        get_timeout(args[3], &timeout) < 0)
-        return NULL;
-    return result(rlock_acquire_core(s, w, slot, tid, timeout));
+    return acquire_call(s, args, rlock_acquire_core);
 }
 
 /* rlock_release(off, slot, tid) -> OK | DAEMON | NOT_OWNER */
@@ -429,6 +432,16 @@ static PyObject *seg_event_wait(Segment *s, PyObject *const *args, Py_ssize_t na
     if (w == NULL || get_timeout(args[1], &timeout) < 0)
         return NULL;
     return event_wait_core(s, w, LOAD(w) & EVENT_GEN_MAX, timeout);
+}
+
+/* event_gen(off) -> the Event's generation, for event_wait_since and the
+ * daemon's wait `since` */
+static PyObject *seg_event_gen(Segment *s, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(1, "event_gen");
+    uint64_t *w = word_at(s, args[0], 0);
+    if (w == NULL)
+        return NULL;
+    return PyLong_FromUnsignedLongLong(LOAD(w) & EVENT_GEN_MAX);
 }
 
 /* event_wait_since(off, gen, timeout) -> bool: as event_wait, counting any
@@ -755,6 +768,7 @@ static PyMethodDef seg_methods[] = {
     M(event_set, "event_set(off) -> OK or DAEMON"),
     M(event_clear, "event_clear(off)"),
     M(event_wait, "event_wait(off, timeout) -> bool"),
+    M(event_gen, "event_gen(off) -> the generation (bumped by every set)"),
     M(event_wait_since, "event_wait_since(off, gen, timeout) -> bool: any set after generation gen counts"),
     M(value_get, "value_get(off, cls) -> value"),
     M(value_set, "value_set(off, cls, value)"),
@@ -804,6 +818,7 @@ typedef struct {
     uint64_t *w;
     uint64_t slot;
     int rlock;
+    acquire_core acquire;
     double futex_wait;
     PyObject *slow_acquire;
     PyObject *slow_release;
@@ -842,6 +857,7 @@ static int handle_init(Handle *h, PyObject *args, PyObject *kw) {
     h->w = w;
     h->slot = sl;
     h->rlock = rlock;
+    h->acquire = rlock ? rlock_acquire_core : lock_acquire_core;
     h->futex_wait = fw;
     h->slow_acquire = sa;
     h->slow_release = sr;
@@ -864,8 +880,7 @@ static PyObject *handle_acquire(Handle *h, PyObject *const *args, Py_ssize_t nar
     }
     if (nargs == 0 && kwnames == NULL && !LOAD(&h->seg->detached)) {
         uint64_t tid = (uint64_t)PyThread_get_thread_ident();
-        int r = h->rlock ? rlock_acquire_core(h->seg, h->w, h->slot, tid, h->futex_wait)
-                         : lock_acquire_core(h->seg, h->w, h->slot, tid, h->futex_wait);
+        int r = h->acquire(h->seg, h->w, h->slot, tid, h->futex_wait);
         if (r < 0)
             return NULL;
         if (r == RES_OK)

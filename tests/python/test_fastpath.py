@@ -325,11 +325,11 @@ def test_long_event_wait_moves_to_the_daemon_and_misses_no_set(m, daemon):
     # A set and clear between a waiter's futex wait and its request: the
     # generation it sends as `since` still counts the set.
     e.clear()
-    gen = e._fast.seg.state(e._fast.off) & _fast._EVENT_GEN
+    gen = e._fast.seg.event_gen(e._fast.off)
     e.set()
     e.clear()
     assert e._call_blocking("wait", 0.0, timeout=0.0, since=gen) is True
-    gen = e._fast.seg.state(e._fast.off) & _fast._EVENT_GEN
+    gen = e._fast.seg.event_gen(e._fast.off)
     assert e._call_blocking("wait", 0.0, timeout=0.0, since=gen) is False
     with pytest.raises(syncmgr.SyncMgrError):
         e._call_blocking("wait", 0.0, timeout=0.0, since=-5)
