@@ -43,6 +43,20 @@ def track(child: Any) -> Any:
     return child
 
 
+def stop_round(procs: list[Any], pipes: list[Any]) -> None:
+    """End one measurement's child processes and close their result pipes:
+    a child still running (the round failed) is killed."""
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+            p.join(timeout=5)
+    for rd in pipes:
+        try:
+            rd.close()
+        except Exception:  # noqa: BLE001 - clean-up goes on
+            pass
+
+
 def reap_children() -> None:
     """Stop every child process this run started that is still alive."""
     for c in list(_CHILDREN):

@@ -33,6 +33,7 @@ from bench.common import (
     pct,
     proc_cpu_s,
     rss_kb,
+    stop_round,
     summary_us,
     track,
 )
@@ -229,13 +230,7 @@ def run_throughput_case(system: str, env: dict[str, Any], workload: str, n: int,
                 "server_cpu_s": server_cpu, "client_cpu_s": client_cpu, "other_cpu_s": other,
                 "steal_s": steal1 - steal0, "machine_busy_s": busy1 - busy0}
     finally:
-        for p in procs:
-            if p.is_alive():
-                p.kill()
-                p.join(timeout=5)
-        for rd in pipes:
-            with contextlib.suppress(Exception):
-                rd.close()
+        stop_round(procs, pipes)
         cleanup()
 
 
@@ -308,13 +303,7 @@ def run_e2e_one(label: str, mgr: Any, duration: float, explorers: int) -> dict[s
         return {"transitions": added, "samples": samples, "seconds": learn_s,
                 "transitions_per_s": added / learn_s, "samples_per_s": samples / learn_s, "stored": stored}
     finally:
-        for p in procs:
-            if p.is_alive():
-                p.kill()
-                p.join(timeout=5)
-        for rd in pipes:
-            with contextlib.suppress(Exception):
-                rd.close()
+        stop_round(procs, pipes)
         del rb
         gc.collect()
 
