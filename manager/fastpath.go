@@ -18,11 +18,20 @@ import (
 
 // fastPath is the manager's segment and which object lives at which slot.
 type fastPath struct {
-	seg   *statemem.Segment
-	mu    sync.Mutex
-	byOff map[uint32]Object // objects whose words are in the segment
-	refs  map[Object]statemem.Ref
-	ended map[Slot]bool // sessions whose end hook is registered
+	seg      *statemem.Segment
+	mu       sync.Mutex
+	byOff    map[uint32]Object // objects whose words are in the segment
+	refs     map[Object]statemem.Ref
+	attached map[Slot]*Session // sessions whose end hook is registered, until it ran
+}
+
+// slotGone reports whether the session of slot has ended (or was never
+// attached, so it cannot hold anything in the segment).
+func (f *fastPath) slotGone(slot Slot) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := f.attached[slot]
+	return s == nil || s.gone.Load()
 }
 
 // EnableFastPath binds the state words of objects created from now on into
@@ -30,7 +39,7 @@ type fastPath struct {
 func (m *Manager) EnableFastPath(seg *statemem.Segment) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.fast = &fastPath{seg: seg, byOff: make(map[uint32]Object), refs: make(map[Object]statemem.Ref), ended: make(map[Slot]bool)}
+	m.fast = &fastPath{seg: seg, byOff: make(map[uint32]Object), refs: make(map[Object]statemem.Ref), attached: make(map[Slot]*Session)}
 }
 
 // FastSegment returns the segment, or nil when the fast path is off.
@@ -73,15 +82,15 @@ func (m *Manager) AttachFastPath(s *Session) bool {
 		return false
 	}
 	f.mu.Lock()
-	if f.ended[s.Slot()] {
+	if f.attached[s.Slot()] == s {
 		f.mu.Unlock()
 		return true
 	}
-	f.ended[s.Slot()] = true
+	f.attached[s.Slot()] = s
 	f.mu.Unlock()
 	if !s.OnEnd(func() { m.releaseSlotWords(f, s) }) {
 		f.mu.Lock()
-		delete(f.ended, s.Slot())
+		delete(f.attached, s.Slot())
 		f.mu.Unlock()
 		return false
 	}
@@ -90,8 +99,9 @@ func (m *Manager) AttachFastPath(s *Session) bool {
 
 // releaseSlotWords runs when s ends: every Lock and RLock whose word names
 // s's slot is handed on (to the next daemon waiter) or freed (waking the
-// futex sleepers), as the session's own holds were. It runs before the
-// slot is unpinned, so no later session can be named by those words.
+// futex sleepers), as the session's own holds were, and every Semaphore
+// unit its ledger entries count is given back. It runs before the slot is
+// unpinned, so no later session can be named by those words.
 func (m *Manager) releaseSlotWords(f *fastPath, s *Session) {
 	for _, off := range f.seg.Owned(uint32(s.Slot())) {
 		f.mu.Lock()
@@ -102,7 +112,7 @@ func (m *Manager) releaseSlotWords(f *fastPath, s *Session) {
 		}
 	}
 	f.mu.Lock()
-	delete(f.ended, s.Slot())
+	delete(f.attached, s.Slot())
 	f.mu.Unlock()
 }
 
@@ -120,6 +130,8 @@ func (m *Manager) bindFast(obj Object) {
 		f.bind(o, statemem.KindRLock, &o.mu, &o.st.W0, &o.st.TID, &o.st.Since)
 	case *Event:
 		f.bind(o, statemem.KindEvent, &o.mu, &o.st.W0, nil, nil)
+	case *Semaphore:
+		f.bindSemaphore(o)
 	case *Value:
 		if o.numeric() {
 			f.bind(o, statemem.KindValue, &o.mu, nil, &o.cell.Bits, nil)
@@ -168,6 +180,8 @@ func (m *Manager) unbindFast(obj Object) {
 		f.unbind(o, &o.mu, &o.st.W0, &o.st.TID, &o.st.Since)
 	case *Event:
 		f.unbind(o, &o.mu, &o.st.W0, nil, nil)
+	case *Semaphore:
+		f.unbindSemaphore(o)
 	case *Value:
 		f.unbind(o, &o.mu, nil, &o.cell.Bits, nil)
 	case *Condition:
@@ -201,5 +215,52 @@ func (f *fastPath) unbind(obj Object, mu *sync.Mutex, state, aux, since *Word) {
 		since.Unbind()
 	}
 	mu.Unlock()
+	f.seg.Free(ref.Off)
+}
+
+// bindSemaphore moves a Semaphore's word into the segment and gives it a
+// ledger there.
+func (f *fastPath) bindSemaphore(o *Semaphore) {
+	kind, bound := statemem.KindSemaphore, uint64(0)
+	if o.bounded {
+		kind, bound = statemem.KindBoundedSemaphore, uint64(o.initial)
+	}
+	ref, err := f.seg.AllocSemaphore(kind, 0, bound)
+	if err != nil {
+		return
+	}
+	o.mu.Lock()
+	o.st.W0.Bind(f.seg.State(ref.Off))
+	o.st.Ledger = f.seg.LedgerEntries(ref.Off)
+	o.gone = f.slotGone
+	o.mu.Unlock()
+	f.mu.Lock()
+	f.byOff[ref.Off] = o
+	f.refs[o] = ref
+	f.mu.Unlock()
+}
+
+// unbindSemaphore takes a removed Semaphore off the segment once no client
+// op is in flight on it (the daemon holds the latch meanwhile); the units
+// clients took by CAS are forgotten with the object.
+func (f *fastPath) unbindSemaphore(o *Semaphore) {
+	f.mu.Lock()
+	ref, ok := f.refs[o]
+	if ok {
+		delete(f.refs, o)
+		delete(f.byOff, ref.Off)
+	}
+	f.mu.Unlock()
+	if !ok {
+		return
+	}
+	o.mu.Lock()
+	o.claim()
+	statemem.MarkDaemon(f.seg.State(ref.Off))
+	o.st.W0.Unbind()
+	o.st.W0.update(func(x uint64) uint64 { return x &^ (latchMask | waitersBit | sleepersBit) })
+	o.st.Ledger = nil
+	o.gone = nil
+	o.mu.Unlock()
 	f.seg.Free(ref.Off)
 }

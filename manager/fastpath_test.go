@@ -231,8 +231,8 @@ func TestFastEventAndValue(t *testing.T) {
 		t.Fatal("an opaque value has no cell")
 	}
 	s := create[*Semaphore](t, m, a, KindSemaphore, "fsem", Params{Value: 2})
-	if _, ok := m.FastRef(s); ok {
-		t.Fatal("semaphores stay on the socket path")
+	if sr := fastRef(t, m, s); sr.Kind() != statemem.KindSemaphore || seg.Ledger(sr.Off, 1) == nil {
+		t.Fatalf("semaphore ref %+v has no ledger", sr)
 	}
 	c := create[*Condition](t, m, a, KindCondition, "fc", Params{})
 	if cr := fastRef(t, m, c); cr.Kind() != statemem.KindRLock {

@@ -163,6 +163,7 @@ type Session struct {
 	refs  map[string]int
 	peer  *peer
 	ended bool
+	gone  atomic.Bool // ended, readable without Manager.mu (the fast path's latch)
 
 	// Parked counts the session's requests a transport holds waiting (over
 	// all its connections), for the transport's per-session cap.
@@ -363,6 +364,7 @@ func (m *Manager) CloseSession(s *Session) {
 		return
 	}
 	s.ended = true
+	s.gone.Store(true)
 	s.peer.sessions--
 	m.forgetPeerLocked(s.peer)
 	delete(m.sessions, s.ID)

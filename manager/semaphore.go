@@ -3,23 +3,32 @@ package manager
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"time"
 )
 
-// MaxSemaphore is the largest semaphore value (the state word counts units
-// in 32 bits).
-const MaxSemaphore = 1<<32 - 2
+// MaxSemaphore is the largest semaphore value (a state word counts free
+// units in 29 bits, beside its flags and latch).
+const MaxSemaphore = int64(slotMask)
 
 // Semaphore is a counting semaphore, as threading.Semaphore, or with bounded
-// set as threading.BoundedSemaphore. Its free units are a SemState; units a
-// session acquired and did not release go back when the session ends.
+// set as threading.BoundedSemaphore. Units a session acquired and did not
+// release go back when the session ends.
+//
+// Its state is a SemState: free units and a latch in the word, and in
+// shared memory a ledger of the units each session took by compare-and-swap
+// (see statemem.SemAcquire). The daemon keeps the units it granted itself
+// in held, and total, the sum of free, held and ledger units whenever the
+// latch is free; every daemon op takes the latch as clients do.
 type Semaphore struct {
 	base
 	st      SemState
 	initial int64
+	total   int64 // free + held + ledger units: grows only by a release nobody's units pay for
 	bounded bool
-	held    map[Slot]semHold // units held per slot
+	held    map[Slot]semHold // units the daemon granted, per slot
 	waiters waitQueue
+	gone    func(Slot) bool // whether the session of a slot has ended (fast path)
 }
 
 // semHold counts one slot's units; sess is for hold accounting only.
@@ -30,12 +39,11 @@ type semHold struct {
 
 func newSemaphore(name string, value int64, bounded bool) (*Semaphore, error) {
 	if value < 0 || value > MaxSemaphore {
-		return nil, fmt.Errorf("%w: semaphore initial value must be 0 to %d", ErrValue, int64(MaxSemaphore))
+		return nil, fmt.Errorf("%w: semaphore initial value must be 0 to %d", ErrValue, MaxSemaphore)
 	}
-	m := &Semaphore{base: base{name: name}, initial: value, bounded: bounded, held: make(map[Slot]semHold)}
-	m.st.Add(value)
-	// No waiters bit: a semaphore's word is never shared (its units are
-	// owned per session, which one word cannot record), and bit 30 counts.
+	m := &Semaphore{base: base{name: name}, initial: value, total: value, bounded: bounded, held: make(map[Slot]semHold)}
+	m.st.W0.Store(uint64(value))
+	m.waiters.word = &m.st.W0
 	return m, nil
 }
 
@@ -47,8 +55,48 @@ func (m *Semaphore) Kind() Kind {
 	return KindSemaphore
 }
 
-// State returns the semaphore's state word.
+// State returns the semaphore's state.
 func (m *Semaphore) State() *SemState { return &m.st }
+
+// claim takes the latch (under m.mu), waiting out a live session's op,
+// which never needs m.mu to finish, and taking over that of a session that
+// ended mid-op, whose ledger entry it then recounts. It returns the free
+// units; every claim ends with commit.
+func (m *Semaphore) claim() int64 {
+	for spins := 0; ; spins++ {
+		x, ok := m.st.Claim(m.gone)
+		if ok {
+			if p := Slot(x >> latchShift & slotMask); p != 0 {
+				m.recount(p)
+			}
+			return m.st.Free()
+		}
+		if spins < 100 {
+			runtime.Gosched()
+		} else {
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+}
+
+// commit adds delta to the free units and lets the latch go.
+func (m *Semaphore) commit(delta int64) { m.st.Commit(delta) }
+
+// recount sets the ledger entry of slot, whose session ended holding the
+// latch, to what the total leaves for it: whichever step of its op it died
+// at, the other entries, the daemon's grants and the free units are exact.
+func (m *Semaphore) recount(slot Slot) {
+	n := m.total - m.st.Free()
+	for sl := range m.st.Ledger {
+		if Slot(sl) != slot {
+			n -= m.st.Taken(Slot(sl))
+		}
+	}
+	for _, h := range m.held {
+		n -= h.n
+	}
+	m.st.setTaken(slot, max(n, 0))
+}
 
 // AcquireGrant takes one unit for s. Undoing the grant gives the unit back.
 func (m *Semaphore) AcquireGrant(ctx context.Context, s *Session, tid int64, block bool, timeout time.Duration) (Grant, error) {
@@ -57,18 +105,20 @@ func (m *Semaphore) AcquireGrant(ctx context.Context, s *Session, tid int64, blo
 		m.mu.Unlock()
 		return Grant{}, m.dead
 	}
-	if m.st.Free() > 0 && m.waiters.len() == 0 {
-		m.st.Add(-1)
+	if free := m.claim(); free > 0 && m.waiters.len() == 0 {
 		m.credit(s)
+		m.commit(-1)
 		m.mu.Unlock()
 		return Grant{obj: m, sess: s, ok: true}, nil
 	}
 	if !block || timeout == 0 {
+		m.commit(0)
 		m.mu.Unlock()
 		return Grant{}, nil
 	}
 	w := newWaiter(s, tid)
-	m.waiters.push(w)
+	m.waiters.push(w) // sets the daemon bit under the latch: no client op is in flight
+	m.commit(0)
 	ok, err := m.park(ctx, &m.waiters, w, timeout)
 	if !ok {
 		return Grant{}, err
@@ -91,20 +141,38 @@ func (m *Semaphore) credit(s *Session) {
 	s.hold(m)
 }
 
-// debit takes one unit off slot's count. A session may release a unit it
-// did not acquire (as with threading); that unit then comes off another
-// holder's count, or the holder's session end would give it back a second
-// time (and push a BoundedSemaphore over its bound).
+// debit takes one unit off slot's count: its daemon grants first, then the
+// units it took by CAS. A session may release a unit it did not acquire (as
+// with threading); that unit then comes off another holder's count, or the
+// holder's session end would give it back a second time (and push a
+// BoundedSemaphore over its bound). With no holder at all the release makes
+// a new unit (total grows). Call it holding the latch.
 func (m *Semaphore) debit(slot Slot) {
-	h, ok := m.held[slot]
-	if !ok {
-		for sl, oh := range m.held {
-			slot, h, ok = sl, oh, true
-			break
-		}
-		if !ok {
+	if m.debitHeld(slot) {
+		return
+	}
+	if n := m.st.Taken(slot); n > 0 {
+		m.st.setTaken(slot, n-1)
+		return
+	}
+	for sl := range m.held {
+		if m.debitHeld(sl) {
 			return
 		}
+	}
+	for sl := range m.st.Ledger {
+		if n := m.st.Taken(Slot(sl)); n > 0 {
+			m.st.setTaken(Slot(sl), n-1)
+			return
+		}
+	}
+	m.total++
+}
+
+func (m *Semaphore) debitHeld(slot Slot) bool {
+	h, ok := m.held[slot]
+	if !ok {
+		return false
 	}
 	if h.n--; h.n == 0 {
 		delete(m.held, slot)
@@ -112,16 +180,22 @@ func (m *Semaphore) debit(slot Slot) {
 		m.held[slot] = h
 	}
 	h.sess.unhold(m)
+	return true
 }
 
-// giveUnit hands one unit to the first waiter or adds it to the free units.
-func (m *Semaphore) giveUnit() {
+// holders reports whether anyone holds a unit (of the daemon's or by CAS);
+// call it holding the latch.
+func (m *Semaphore) holders() bool { return m.total > m.st.Free() }
+
+// giveUnit hands one unit to the first waiter (returning 0) or returns 1,
+// the unit to add to the free ones at commit.
+func (m *Semaphore) giveUnit() int64 {
 	if w := m.waiters.front(); w != nil {
 		m.credit(w.sess)
 		m.waiters.grant(w)
-		return
+		return 0
 	}
-	m.st.Add(1)
+	return 1
 }
 
 // Release returns one unit. Any session may release (as threading); a
@@ -129,14 +203,19 @@ func (m *Semaphore) giveUnit() {
 func (m *Semaphore) Release(s *Session, tid int64) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.bounded && m.waiters.len() == 0 && m.st.Free() >= m.initial {
-		return fmt.Errorf("%w: semaphore released too many times", ErrValue)
-	}
-	if m.st.Free() >= MaxSemaphore {
-		return fmt.Errorf("%w: semaphore value would exceed %d", ErrValue, int64(MaxSemaphore))
+	free := m.claim()
+	if !m.holders() {
+		switch {
+		case m.bounded:
+			m.commit(0)
+			return fmt.Errorf("%w: semaphore released too many times", ErrValue)
+		case free >= MaxSemaphore:
+			m.commit(0)
+			return fmt.Errorf("%w: semaphore value would exceed %d", ErrValue, MaxSemaphore)
+		}
 	}
 	m.debit(s.Slot())
-	m.giveUnit()
+	m.commit(m.giveUnit())
 	return nil
 }
 
@@ -144,21 +223,32 @@ func (m *Semaphore) undo(g *Grant) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.held[g.sess.Slot()].n > 0 {
-		m.debit(g.sess.Slot())
-		m.giveUnit()
+		m.claim()
+		m.debitHeld(g.sess.Slot())
+		m.commit(m.giveUnit())
 	}
 }
 
 // Value returns the number of free units.
 func (m *Semaphore) Value() int64 { return m.st.Free() }
 
+// releaseSession gives back every unit s holds: the daemon's grants and
+// the units its slot took by CAS (its ledger entry, recounted by claim
+// when s died holding the latch).
 func (m *Semaphore) releaseSession(s *Session) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for n := m.held[s.Slot()].n; n > 0; n-- {
-		m.debit(s.Slot())
-		m.giveUnit()
+	m.claim()
+	n := m.st.Taken(s.Slot())
+	m.st.setTaken(s.Slot(), 0)
+	var add int64
+	for ; n > 0; n-- {
+		add += m.giveUnit()
 	}
+	for m.debitHeld(s.Slot()) {
+		add += m.giveUnit()
+	}
+	m.commit(add)
 }
 
 func (m *Semaphore) heldBy(n map[Slot]int) {
@@ -166,6 +256,11 @@ func (m *Semaphore) heldBy(n map[Slot]int) {
 	defer m.mu.Unlock()
 	for sl, h := range m.held {
 		n[sl] += int(h.n)
+	}
+	for sl := range m.st.Ledger {
+		if k := m.st.Taken(Slot(sl)); k > 0 {
+			n[Slot(sl)] += int(k)
+		}
 	}
 }
 

@@ -30,8 +30,9 @@ import (
 //	Event            W0: bit 0 flag, bits 1-28 generation (bumped by every set)
 //	every kind above W0: bit 29 futex sleepers (statemem.BitWaiters),
 //	                     bit 30 the daemon has waiters queued (statemem.BitDaemon)
-//	Semaphore        W0: bits 0-31 free units (never shared: its units are
-//	                     owned per session, which a word cannot record)
+//	Semaphore        W0: bits 0-28 free units, bits 32-60 the latch (the
+//	                     slot whose op is in flight); Ledger: units per slot
+//	                     taken by compare-and-swap (statemem.SemAcquire)
 //	Value            Bits: the value's 8 bytes (int64, uint64, float64 bits,
 //	                     0/1 for '?'), changed only by atomic store or CAS.
 //	                     Typecodes 'c' and 'O' have no cell.
@@ -120,7 +121,9 @@ const (
 	eventFlag   = statemem.EventFlag
 	eventGenOne = statemem.EventGenOne
 	eventGenMax = statemem.EventGenMax
-	semMask     = 1<<32 - 1
+	latchShift  = statemem.LatchShift
+	latchMask   = statemem.MaskLatch
+	daemonLatch = Slot(statemem.LatchDaemon)
 )
 
 // setWaiters sets or clears the daemon-waiters bit with a CAS loop. Clearing
@@ -239,19 +242,62 @@ func (s *RLockState) Set(slot Slot, tid int64, depth int64) {
 	s.TID.Store(uint64(tid))
 }
 
-// SemState is a Semaphore's state: the number of free units.
+// SemState is a Semaphore's state: W0 holds the free units and the latch
+// (the slot whose op is in flight, see statemem.SemAcquire); Ledger, once
+// the word is in shared memory, counts the units each small session slot
+// took by compare-and-swap. Every change to either happens under the latch.
 type SemState struct {
-	W0 Word // free units | waiters
+	W0     Word
+	Ledger []uint32 // per slot id; nil on the socket path only
 }
 
 // Free returns the number of free units.
-func (s *SemState) Free() int64 { return int64(s.W0.Load() & semMask) }
+func (s *SemState) Free() int64 { return int64(s.W0.Load() & slotMask) }
 
-// Add adds d (possibly negative) to the free units.
-func (s *SemState) Add(d int64) {
-	s.W0.update(func(x uint64) uint64 {
-		return uint64(int64(x&semMask)+d) & semMask
-	})
+// Latched returns the slot holding the latch (0: none).
+func (s *SemState) Latched() Slot { return Slot(s.W0.Load() >> latchShift & slotMask) }
+
+// entry returns slot's ledger entry, or nil when it has none.
+func (s *SemState) entry(slot Slot) *uint32 {
+	if int(slot) >= len(s.Ledger) {
+		return nil
+	}
+	return &s.Ledger[slot]
+}
+
+// Taken returns the units slot took by compare-and-swap.
+func (s *SemState) Taken(slot Slot) int64 {
+	if e := s.entry(slot); e != nil {
+		return int64(atomic.LoadUint32(e))
+	}
+	return 0
+}
+
+// setTaken writes slot's ledger entry; the caller holds the latch.
+func (s *SemState) setTaken(slot Slot, n int64) {
+	if e := s.entry(slot); e != nil {
+		atomic.StoreUint32(e, uint32(n))
+	}
+}
+
+// Claim takes the latch for the daemon when it is free, or over from the
+// session in slot when gone says that session ended (it died between the
+// steps of an op); it reports the word as it was and whether it did.
+func (s *SemState) Claim(gone func(Slot) bool) (old uint64, ok bool) {
+	x := s.W0.Load()
+	p := Slot(x >> latchShift & slotMask)
+	if p != 0 && (p == daemonLatch || gone == nil || !gone(p)) {
+		return x, false
+	}
+	return x, s.W0.CompareAndSwap(x, x&^latchMask|uint64(daemonLatch)<<latchShift)
+}
+
+// Commit adds delta to the free units and lets the latch go, waking the
+// futex sleepers.
+func (s *SemState) Commit(delta int64) {
+	s.W0.wakeIf(s.W0.update(func(x uint64) uint64 {
+		return x&^(latchMask|sleepersBit|slotMask) | uint64(int64(x&slotMask)+delta)
+	}))
 }
 
 // EventState is an Event's state: its flag and a generation.

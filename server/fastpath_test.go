@@ -115,9 +115,9 @@ func TestFastpathAttachRefAndSessionEnd(t *testing.T) {
 
 	// Refusals: an object without a word, an unknown object, a TCP client.
 	other := ts.raw(t, nil)
-	other.send(1, wire.OpCreate, map[string]any{"kind": "semaphore", "name": "fs"})
+	other.send(1, wire.OpCreate, map[string]any{"kind": "queue", "name": "fs"})
 	other.recv()
-	for _, args := range []map[string]any{{"kind": "semaphore", "name": "fs"}, {"kind": "lock", "name": "nope"}} {
+	for _, args := range []map[string]any{{"kind": "queue", "name": "fs"}, {"kind": "lock", "name": "nope"}} {
 		other.send(2, wire.OpFastpathRef, args)
 		if rep := other.recv(); rep.Err == nil {
 			t.Fatalf("ref %v accepted", args)

@@ -25,7 +25,15 @@ package statemem
 //	24  u64  bound: a BoundedSemaphore's initial value; a Value's type class
 //	32  u64  since: CLOCK_MONOTONIC nanoseconds at which a Lock's or RLock's
 //	         owner took it by compare-and-swap (for status; 0 = unknown)
-//	40..63   reserved, zero
+//	40  u32  ledger: a Semaphore's ledger offset in the segment (bytes)
+//	44  u32  ledger length: entries in that ledger
+//	48..63   reserved, zero
+//
+// A Semaphore's ledger is a run of LedgerSlots object slots holding
+// LedgerLen u32 entries (their tag fields are entries too, so they read as
+// free slots to a scan): entry i counts the units session slot i took by
+// compare-and-swap and has not given back. Sessions with a slot id of
+// LedgerLen or more take a Semaphore's units through the daemon.
 const (
 	Magic    uint64 = 0x5752474d434e5953 // "SYNCMGRW" read as a little-endian u64
 	Version  uint32 = 1
@@ -36,12 +44,20 @@ const (
 	OffTag   = 16
 	OffBound = 24
 	OffSince = 32
+	// OffLedger and OffLedgerLen: where a Semaphore's ledger is.
+	OffLedger    = 40
+	OffLedgerLen = 44
+
+	// LedgerLen is the number of entries (session slots) in a Semaphore's
+	// ledger, and LedgerSlots the object slots the ledger occupies.
+	LedgerLen   = 128
+	LedgerSlots = LedgerLen * 4 / SlotSize
 )
 
 // Bits of a state word. Bits 0-28 hold the owner's slot id (Lock, RLock),
 // the free units (Semaphore) or the flag and generation (Event). Bits 29 and
 // 30 are the same for every kind. Bit 31 is always 0. Bits 32-63 hold an
-// RLock's recursion depth.
+// RLock's recursion depth, and bits 32-60 a Semaphore's latch.
 const (
 	// MaskLow selects the owner slot / unit count / flag+generation.
 	MaskLow uint64 = 1<<29 - 1
@@ -68,6 +84,17 @@ const (
 	EventFlag   uint64 = 1
 	EventGenOne uint64 = 2
 	EventGenMax uint64 = MaskLow &^ EventFlag
+
+	// LatchShift and MaskLatch place a Semaphore's latch in bits 32-60: the
+	// slot id of the one op in flight on the semaphore (0: none). Units and
+	// ledger entries change only while their changer holds the latch, so
+	// that when a session dies holding it the daemon can recount what the
+	// dead session held (see SemAcquire).
+	LatchShift        = 32
+	MaskLatch  uint64 = MaskLow << LatchShift
+	// LatchDaemon is the latch value of the daemon's own ops (no session
+	// has this slot id: Slots stops one short of it).
+	LatchDaemon = MaxSlot
 )
 
 // Kind codes in an object slot's tag.
@@ -79,6 +106,7 @@ const (
 	KindBoundedSemaphore uint8 = 4
 	KindEvent            uint8 = 5
 	KindValue            uint8 = 6
+	KindLedger           uint8 = 7 // a slot of a Semaphore's ledger (generation only; never written as a tag)
 )
 
 // Value type classes, kept in a Value slot's bound field so that any client

@@ -313,3 +313,116 @@ func UnmarkDaemon(w *uint64) {
 		}
 	}
 }
+
+// A Semaphore's units, and the ledger entries that say which session holds
+// how many, change only while the changer holds the semaphore's latch (the
+// word's bits 32-60). A fast-path op is three steps:
+//
+//  1. claim: CAS the word from "latch free" to "latch = my slot", checking
+//     that a unit is free (acquire) or that the caller's ledger entry is
+//     positive (release; a release of units the caller does not hold goes
+//     to the daemon, which decides whose count it comes off);
+//  2. write the caller's ledger entry (one more or one fewer unit);
+//  3. commit: CAS the free units (one fewer or one more) and the free latch
+//     in together, waking sleepers.
+//
+// So at every moment the latch is free, free units plus every session's
+// ledger entry plus the daemon's own grants add up to the total the daemon
+// keeps. When a session dies holding the latch (killed between steps), the
+// daemon takes the latch over and recounts the dead session's entry from
+// that total; which step it died at does not matter. Everyone waits the few
+// nanoseconds a live holder keeps the latch.
+
+// latched is the slot holding x's latch (0: none).
+func latched(x uint64) uint32 { return uint32(x >> LatchShift & MaskLow) }
+
+// latchSpin is how many times a latch wait reads the word before it sleeps.
+const latchSpin = 100
+
+// waitLatch waits for the latch seen in x to be let go: a few reads, then
+// a futex sleep of at most a millisecond (a holder that died keeps it until
+// the daemon notices, within milliseconds).
+func waitLatch(w *uint64, x uint64) {
+	for i := 0; i < latchSpin; i++ {
+		if atomic.LoadUint64(w) != x {
+			return
+		}
+	}
+	sleep(w, x, time.Now().Add(time.Millisecond))
+}
+
+// semCommit ends slot's latch, adding delta to the free units; it reports
+// false when the latch is not slot's any more (the daemon took it over: the
+// session ended, and the op is void).
+func semCommit(w *uint64, slot uint32, delta int64) bool {
+	for {
+		x := atomic.LoadUint64(w)
+		if latched(x) != slot {
+			return false
+		}
+		n := x&^(MaskLatch|BitWaiters|MaskLow) | uint64(int64(x&MaskLow)+delta)
+		if atomic.CompareAndSwapUint64(w, x, n) {
+			if x&BitWaiters != 0 {
+				WakeAll(w)
+			}
+			return true
+		}
+	}
+}
+
+// SemAcquire takes one unit of the Semaphore whose word is w for slot,
+// counting it in e, the slot's ledger entry. Daemon means the op goes to
+// the daemon (it has waiters queued, or this session ended).
+func SemAcquire(w *uint64, e *uint32, slot uint32, timeout time.Duration) Result {
+	deadline := deadlineOf(timeout)
+	for {
+		x := atomic.LoadUint64(w)
+		switch {
+		case x&BitDaemon != 0:
+			return Daemon
+		case latched(x) != 0:
+			waitLatch(w, x)
+		case x&MaskLow > 0:
+			if atomic.CompareAndSwapUint64(w, x, x|uint64(slot)<<LatchShift) {
+				atomic.StoreUint32(e, atomic.LoadUint32(e)+1)
+				if !semCommit(w, slot, -1) {
+					return Daemon
+				}
+				return OK
+			}
+		default:
+			if timeout == 0 || !sleep(w, x, deadline) {
+				return Busy
+			}
+		}
+	}
+}
+
+// SemRelease gives back one unit slot took by SemAcquire. A slot with no
+// units of its own in e, a full word, or a daemon with waiters answers
+// Daemon: the daemon releases (and refuses what it must).
+func SemRelease(w *uint64, e *uint32, slot uint32) Result {
+	for {
+		x := atomic.LoadUint64(w)
+		switch {
+		case x&BitDaemon != 0 || atomic.LoadUint32(e) == 0 || x&MaskLow == MaskLow:
+			return Daemon
+		case latched(x) != 0:
+			waitLatch(w, x)
+		case atomic.CompareAndSwapUint64(w, x, x|uint64(slot)<<LatchShift):
+			n := atomic.LoadUint32(e)
+			if n == 0 { // the daemon moved our unit meanwhile (a foreign release)
+				semCommit(w, slot, 0)
+				return Daemon
+			}
+			atomic.StoreUint32(e, n-1)
+			if !semCommit(w, slot, 1) {
+				return Daemon
+			}
+			return OK
+		}
+	}
+}
+
+// SemValue returns a Semaphore's free units.
+func SemValue(w *uint64) int64 { return int64(atomic.LoadUint64(w) & MaskLow) }

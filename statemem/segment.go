@@ -42,6 +42,7 @@ type Segment struct {
 	mu   sync.Mutex
 	next uint32   // lowest slot index never handed out
 	free []uint32 // freed slot indexes, reused oldest first
+	runs []uint32 // first indexes of freed ledger runs (LedgerSlots long)
 	gen  []uint32 // per slot: generation of its last allocation
 }
 
@@ -185,27 +186,104 @@ func (s *Segment) Alloc(kind uint8, state, bound uint64) (Ref, error) {
 		s.mu.Unlock()
 		return Ref{}, ErrFull
 	}
-	s.gen[i] = (s.gen[i] + 1) & (1<<24 - 1)
-	if s.gen[i] == 0 {
-		s.gen[i] = 1
-	}
-	tag := uint32(kind) | s.gen[i]<<8
+	tag := s.tagLocked(i, kind)
 	s.mu.Unlock()
 	off := i * SlotSize
 	atomic.StoreUint64(s.Aux(off), 0)
 	atomic.StoreUint64(s.Bound(off), bound)
+	atomic.StoreUint64(s.Since(off), 0)
+	atomic.StoreUint64((*uint64)(s.at(off, OffLedger)), 0)
 	atomic.StoreUint64(s.State(off), state)
 	atomic.StoreUint32(s.Tag(off), tag)
 	return Ref{Off: off, Tag: tag}, nil
+}
+
+// tagLocked bumps slot i's generation and returns its tag for kind.
+func (s *Segment) tagLocked(i uint32, kind uint8) uint32 {
+	s.gen[i] = (s.gen[i] + 1) & (1<<24 - 1)
+	if s.gen[i] == 0 {
+		s.gen[i] = 1
+	}
+	return uint32(kind) | s.gen[i]<<8
+}
+
+// AllocSemaphore allocates a Semaphore's slot (kind KindSemaphore or
+// KindBoundedSemaphore, free units in its word) and its ledger: a run of
+// LedgerSlots zeroed slots, whose offset and length the object slot
+// records. Ledger runs come from fresh slots or from freed ledgers only.
+func (s *Segment) AllocSemaphore(kind uint8, free, bound uint64) (Ref, error) {
+	s.mu.Lock()
+	var first uint32
+	switch {
+	case s.next+LedgerSlots <= s.cap:
+		first = s.next
+		s.next += LedgerSlots
+	case len(s.runs) > 0:
+		first = s.runs[0]
+		s.runs = s.runs[1:]
+	default:
+		s.mu.Unlock()
+		return Ref{}, ErrFull
+	}
+	for i := first; i < first+LedgerSlots; i++ {
+		// The entries cover the slots' tag fields: tags stay 0 (not an
+		// object), and the generation moves on so that a stale offset of a
+		// former object there never matches.
+		s.tagLocked(i, KindLedger)
+		clear(s.mem[i*SlotSize : (i+1)*SlotSize])
+	}
+	s.mu.Unlock()
+	ref, err := s.Alloc(kind, free, bound)
+	if err != nil {
+		s.freeRun(first)
+		return Ref{}, err
+	}
+	atomic.StoreUint32((*uint32)(s.at(ref.Off, OffLedgerLen)), LedgerLen)
+	atomic.StoreUint32((*uint32)(s.at(ref.Off, OffLedger)), first*SlotSize)
+	return ref, nil
+}
+
+func (s *Segment) freeRun(first uint32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.runs = append(s.runs, first)
+}
+
+// LedgerEntries returns the whole ledger of the Semaphore at off (nil when
+// it has none), for the daemon.
+func (s *Segment) LedgerEntries(off uint32) []uint32 {
+	e := s.Ledger(off, 0)
+	if e == nil {
+		return nil
+	}
+	return unsafe.Slice(e, LedgerLen)
+}
+
+// Ledger returns the ledger entry of session slot slot in the Semaphore at
+// off, or nil when the object has no ledger or the slot id is too large.
+func (s *Segment) Ledger(off, slot uint32) *uint32 {
+	lo := atomic.LoadUint32((*uint32)(s.at(off, OffLedger)))
+	n := atomic.LoadUint32((*uint32)(s.at(off, OffLedgerLen)))
+	if lo == 0 || slot >= n || uint64(lo)+uint64(n)*4 > uint64(len(s.mem)) {
+		return nil
+	}
+	return (*uint32)(unsafe.Pointer(&s.mem[lo+4*slot])) //nolint:gosec // bounds checked above
 }
 
 // Free retires the object at off: its tag reads free and its state word
 // carries BitDaemon, so a client with a stale offset goes to the daemon
 // (which answers that the object is gone). Sleepers on the word are woken.
 func (s *Segment) Free(off uint32) {
+	k := uint8(atomic.LoadUint32(s.Tag(off)))
 	atomic.StoreUint32(s.Tag(off), 0)
 	atomic.StoreUint64(s.State(off), BitDaemon)
 	WakeAll(s.State(off))
+	if k == KindSemaphore || k == KindBoundedSemaphore {
+		if lo := atomic.LoadUint32((*uint32)(s.at(off, OffLedger))); lo != 0 {
+			atomic.StoreUint64((*uint64)(s.at(off, OffLedger)), 0)
+			s.freeRun(lo / SlotSize)
+		}
+	}
 	s.mu.Lock()
 	s.free = append(s.free, off/SlotSize)
 	s.mu.Unlock()
@@ -239,8 +317,9 @@ func (s *Segment) Since(off uint32) *uint64 { return (*uint64)(s.at(off, OffSinc
 // Bound returns the bound field of the object at off.
 func (s *Segment) Bound(off uint32) *uint64 { return (*uint64)(s.at(off, OffBound)) }
 
-// Owned returns the offsets of the Lock and RLock objects whose state word
-// names slot as owner, for the daemon to release when that session ends.
+// Owned returns the offsets of the objects whose words name slot, for the
+// daemon to release when that session ends: Locks and RLocks it owns, and
+// Semaphores in which it holds units or the latch.
 func (s *Segment) Owned(slot uint32) []uint32 {
 	s.mu.Lock()
 	n := s.next
@@ -248,9 +327,16 @@ func (s *Segment) Owned(slot uint32) []uint32 {
 	var out []uint32
 	for i := uint32(1); i < n; i++ {
 		off := i * SlotSize
-		k := uint8(atomic.LoadUint32(s.Tag(off)))
-		if (k == KindLock || k == KindRLock) && uint32(atomic.LoadUint64(s.State(off))&MaskLow) == slot {
-			out = append(out, off)
+		x := atomic.LoadUint64(s.State(off))
+		switch uint8(atomic.LoadUint32(s.Tag(off))) {
+		case KindLock, KindRLock:
+			if uint32(x&MaskLow) == slot {
+				out = append(out, off)
+			}
+		case KindSemaphore, KindBoundedSemaphore:
+			if e := s.Ledger(off, slot); uint32(x>>LatchShift&MaskLow) == slot || (e != nil && atomic.LoadUint32(e) > 0) {
+				out = append(out, off)
+			}
 		}
 	}
 	return out
