@@ -1,5 +1,6 @@
-"""The same-host fast path: Lock, RLock, Condition's lock, Event and numeric
-Value ops on state words the daemon keeps in shared memory.
+"""The same-host fast path: Lock, RLock, Condition's lock, Semaphore,
+BoundedSemaphore, Event and numeric Value ops on state words the daemon keeps
+in shared memory.
 
 A client on the daemon's host (Unix socket, same boot id) maps the daemon's
 state segment and does uncontended operations with one compare-and-swap in
@@ -53,7 +54,9 @@ except ImportError:  # built without a compiler: the socket path only
     _ext = None
 
 OK, BUSY, DAEMON = 0, 1, 2
-_KIND_LOCK, _KIND_RLOCK, _KIND_EVENT, _KIND_VALUE = 1, 2, 5, 6
+_KIND_LOCK, _KIND_RLOCK, _KIND_SEMAPHORE, _KIND_BOUNDED_SEMAPHORE, _KIND_EVENT, _KIND_VALUE = 1, 2, 3, 4, 5, 6
+# The C handle's kinds.
+_HANDLE_LOCK, _HANDLE_RLOCK, _HANDLE_SEMAPHORE = 0, 1, 2
 
 # Value typecodes the words hold: (class, width) as the extension takes them.
 _VALUE_CLASS = {
@@ -64,7 +67,7 @@ _VALUE_CLASS = {
 
 _get_ident = threading.get_ident
 
-# A contended Lock or RLock acquire sleeps on the word's futex for at most
+# A contended Lock, RLock or Semaphore acquire sleeps on the word's futex for at most
 # this many seconds, then waits in the daemon's queue: short waits keep the
 # futex's microsecond hand-off; long ones are FIFO, and `syncmgr status`
 # shows them, as on the socket path.
@@ -199,7 +202,7 @@ def attach(proxy: BaseProxy) -> None:
     if kind == "value":
         if getattr(proxy, "_code", "O") not in _VALUE_CLASS:
             return
-    elif kind not in ("lock", "rlock", "condition", "event"):
+    elif kind not in ("lock", "rlock", "condition", "event", "semaphore", "bounded_semaphore"):
         return
     fp = path_for(proxy._client)
     if fp is None or not fp.ok:
@@ -213,6 +216,10 @@ def attach(proxy: BaseProxy) -> None:
         h: _Handle = _LockHandle(proxy, fp, off, tag)
     elif k == _KIND_RLOCK and kind in ("rlock", "condition"):
         h = _RLockHandle(proxy, fp, off, tag)
+    elif (k, kind) in ((_KIND_SEMAPHORE, "semaphore"), (_KIND_BOUNDED_SEMAPHORE, "bounded_semaphore")):
+        if fp.seg.sem_taken(off, fp.slot) is None:
+            return  # a slot id past the ledger: this session takes units through the daemon
+        h = _SemHandle(proxy, fp, off, tag)
     elif k == _KIND_EVENT and kind == "event":
         h = _EventHandle(proxy, fp, off, tag)
     elif k == _KIND_VALUE and kind == "value":
@@ -321,6 +328,7 @@ def _acquire_timeout(blocking: bool, timeout: Optional[float]) -> Optional[float
 class _LockHandle(_Handle):
     # (with-statements call the type's __enter__, which calls self.acquire)
     methods = ("acquire", "release")
+    handle_kind = _HANDLE_LOCK
 
     def bind(self, fp: FastPath) -> None:
         super().bind(fp)
@@ -351,7 +359,7 @@ class _LockHandle(_Handle):
     def install(self, proxy: BaseProxy) -> None:
         # The common calls run in C (no Python frame); this class's methods
         # are their slow paths.
-        h = _ext.LockHandle(self.seg, self.off, self.slot, isinstance(self, _RLockHandle),  # type: ignore[union-attr]
+        h = _ext.LockHandle(self.seg, self.off, self.slot, self.handle_kind,  # type: ignore[union-attr]
                             self.acquire, self.release, FUTEX_WAIT, self.queue_acquire)
         proxy.__dict__["_fast"] = self
         proxy.__dict__["acquire"] = h.acquire
@@ -374,6 +382,8 @@ class _LockHandle(_Handle):
 
 
 class _RLockHandle(_LockHandle):
+    handle_kind = _HANDLE_RLOCK
+
     def bind(self, fp: FastPath) -> None:
         super().bind(fp)
         self.take = fp.seg.rlock_acquire
@@ -381,6 +391,30 @@ class _RLockHandle(_LockHandle):
 
     def release(self) -> None:
         if not (self.usable() and self.give_r(self.off, self.slot, _get_ident()) == OK):
+            self.slow_release()
+
+
+class _SemHandle(_LockHandle):
+    """Semaphore and BoundedSemaphore: units taken by CAS are counted in the
+    session's ledger entry, so the daemon gives them back when the session
+    ends; a release of units taken through the daemon (or of none) goes to
+    the daemon, which decides whose count it comes off."""
+
+    handle_kind = _HANDLE_SEMAPHORE
+
+    def bind(self, fp: FastPath) -> None:
+        super().bind(fp)
+        self.take = fp.seg.sem_acquire
+        self.give_s = fp.seg.sem_release
+
+    def move(self, old: FastPath, fp: Optional[FastPath]) -> None:
+        # A forked child's slot id may be past the ledger's length.
+        if fp is not None and fp.ok and fp.identity == old.identity and fp.seg.sem_taken(self.off, fp.slot) is None:
+            fp = None
+        super().move(old, fp)
+
+    def release(self) -> None:
+        if not (self.usable() and self.give_s(self.off, self.slot) == OK):
             self.slow_release()
 
 

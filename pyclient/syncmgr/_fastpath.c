@@ -48,6 +48,11 @@
 #define EVENT_FLAG 1ULL
 #define EVENT_GEN_ONE 2ULL
 #define EVENT_GEN_MAX (MASK_LOW & ~EVENT_FLAG)
+#define LATCH_SHIFT 32
+#define MASK_LATCH (MASK_LOW << LATCH_SHIFT)
+#define OFF_LEDGER 40u
+#define OFF_LEDGER_LEN 44u
+#define LATCH_SPIN 100
 
 /* Results, as in statemem.Result. */
 enum { RES_OK = 0, RES_BUSY = 1, RES_DAEMON = 2, RES_NOT_OWNER = 3 };
@@ -318,6 +323,111 @@ static int rlock_release_core(uint64_t *w, uint64_t slot, uint64_t tid) {
     }
 }
 
+/* --- Semaphore: the latch protocol (statemem.SemAcquire) ------------------ */
+
+/*
+ * A Semaphore's free units and its ledger (units per session slot taken by
+ * CAS) change only under the latch, the word's bits 32-60: claim the latch
+ * by CAS, write our ledger entry, then commit the units and free the latch
+ * in one CAS. The daemon recounts a session that dies holding the latch.
+ */
+
+/* Our ledger entry, or NULL (no ledger, or a slot id past its length). */
+static uint32_t *ledger_entry(Segment *s, uint64_t *w, uint64_t slot) {
+    uint32_t lo = LOAD((uint32_t *)((unsigned char *)w + OFF_LEDGER));
+    uint32_t n = LOAD((uint32_t *)((unsigned char *)w + OFF_LEDGER_LEN));
+    if (lo == 0 || lo % SLOT_SIZE != 0 || slot >= n || (uint64_t)lo + (uint64_t)n * 4 > s->size)
+        return NULL;
+    return (uint32_t *)(s->base + lo) + slot;
+}
+
+static uint64_t latched(uint64_t x) { return (x >> LATCH_SHIFT) & MASK_LOW; }
+
+/* Waits for the latch seen in x to be let go: a few reads, then a futex
+ * sleep of at most a millisecond. Results as sleep_on's, 0 meaning again. */
+static int latch_wait(Segment *s, uint64_t *w, uint64_t x) {
+    for (int i = 0; i < LATCH_SPIN; i++) {
+        if (LOAD(w) != x)
+            return 1;
+    }
+    Wait wt = {1, 0, now_monotonic() + 0.001};
+    int r = sleep_on(s, w, x, &wt);
+    return r == 0 ? 1 : r;
+}
+
+/* Frees slot's latch adding delta to the free units; 0 when the latch is
+ * not slot's any more (the daemon took it over: our session ended). */
+static int sem_commit(uint64_t *w, uint64_t slot, int64_t delta) {
+    for (;;) {
+        uint64_t x = LOAD(w);
+        if (latched(x) != slot)
+            return 0;
+        uint64_t n = (x & ~(MASK_LATCH | BIT_WAITERS | MASK_LOW)) | (uint64_t)((int64_t)(x & MASK_LOW) + delta);
+        if (CAS(w, &x, n)) {
+            if (x & BIT_WAITERS)
+                futex_wake_all(w);
+            return 1;
+        }
+    }
+}
+
+/* The tid is not used (a unit is the session's): the signature is the
+ * lock's, so that the handle's acquire loop serves all three. */
+static int sem_acquire_core(Segment *s, uint64_t *w, uint64_t slot, uint64_t tid, double timeout) {
+    (void)tid;
+    uint32_t *e = ledger_entry(s, w, slot);
+    if (e == NULL)
+        return RES_DAEMON;
+    Wait wt = {0, 0, 0};
+    for (;;) {
+        uint64_t x = LOAD(w);
+        if (x & BIT_DAEMON)
+            return RES_DAEMON;
+        int r;
+        if (latched(x)) {
+            r = latch_wait(s, w, x);
+        } else if (x & MASK_LOW) {
+            if (CAS(w, &x, x | (slot << LATCH_SHIFT))) {
+                STORE(e, LOAD(e) + 1);
+                return sem_commit(w, slot, -1) ? RES_OK : RES_DAEMON;
+            }
+            continue;
+        } else {
+            r = wait_turn(s, w, x, timeout, &wt);
+        }
+        if (r != 1)
+            return turn_result(r);
+    }
+}
+
+/* Gives back one unit this session took by CAS; anything else (no units of
+ * our own, a full word, daemon waiters) answers DAEMON. */
+static int sem_release_core(Segment *s, uint64_t *w, uint64_t slot) {
+    uint32_t *e = ledger_entry(s, w, slot);
+    if (e == NULL)
+        return RES_DAEMON;
+    for (;;) {
+        uint64_t x = LOAD(w);
+        if ((x & BIT_DAEMON) || LOAD(e) == 0 || (x & MASK_LOW) == MASK_LOW)
+            return RES_DAEMON;
+        if (latched(x)) {
+            int r = latch_wait(s, w, x);
+            if (r != 1)
+                return r < 0 ? -1 : RES_DAEMON;
+            continue;
+        }
+        if (CAS(w, &x, x | (slot << LATCH_SHIFT))) {
+            uint32_t n = LOAD(e);
+            if (n == 0) { /* the daemon moved our unit meanwhile */
+                sem_commit(w, slot, 0);
+                return RES_DAEMON;
+            }
+            STORE(e, n - 1);
+            return sem_commit(w, slot, 1) ? RES_OK : RES_DAEMON;
+        }
+    }
+}
+
 static PyObject *result(int r) { return r < 0 ? NULL : PyLong_FromLong(r); }
 
 /* The acquire loop of a Lock or an RLock. */
@@ -361,6 +471,33 @@ static PyObject *seg_rlock_release(Segment *s, PyObject *const *args, Py_ssize_t
     if (w == NULL || get_slot(args[1], &slot) < 0 || get_tid(args[2], &tid) < 0)
         return NULL;
     return result(rlock_release_core(w, slot, tid));
+}
+
+/* sem_acquire(off, slot, tid, timeout) -> OK | BUSY | DAEMON (tid unused) */
+static PyObject *seg_sem_acquire(Segment *s, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(4, "sem_acquire");
+    return acquire_call(s, args, sem_acquire_core);
+}
+
+/* sem_release(off, slot) -> OK | DAEMON */
+static PyObject *seg_sem_release(Segment *s, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(2, "sem_release");
+    uint64_t *w = word_at(s, args[0], 0), slot;
+    if (w == NULL || get_slot(args[1], &slot) < 0)
+        return NULL;
+    return result(sem_release_core(s, w, slot));
+}
+
+/* sem_taken(off, slot) -> the units slot took by CAS, or None (no ledger entry) */
+static PyObject *seg_sem_taken(Segment *s, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(2, "sem_taken");
+    uint64_t *w = word_at(s, args[0], 0), slot;
+    if (w == NULL || get_slot(args[1], &slot) < 0)
+        return NULL;
+    uint32_t *e = ledger_entry(s, w, slot);
+    if (e == NULL)
+        Py_RETURN_NONE;
+    return PyLong_FromUnsignedLong(LOAD(e));
 }
 
 /* --- Event --------------------------------------------------------------- */
@@ -764,6 +901,9 @@ static PyMethodDef seg_methods[] = {
     M(lock_release, "lock_release(off) -> OK, DAEMON or NOT_OWNER"),
     M(rlock_acquire, "rlock_acquire(off, slot, tid, timeout) -> OK, BUSY or DAEMON"),
     M(rlock_release, "rlock_release(off, slot, tid) -> OK, DAEMON or NOT_OWNER"),
+    M(sem_acquire, "sem_acquire(off, slot, tid, timeout) -> OK, BUSY or DAEMON (tid is not used)"),
+    M(sem_release, "sem_release(off, slot) -> OK or DAEMON"),
+    M(sem_taken, "sem_taken(off, slot) -> units slot took by compare-and-swap, or None"),
     M(event_is_set, "event_is_set(off) -> bool"),
     M(event_set, "event_set(off) -> OK or DAEMON"),
     M(event_clear, "event_clear(off)"),
@@ -803,21 +943,23 @@ static PyTypeObject SegmentType = {
 /* --- LockHandle: a proxy's acquire and release in C ---------------------- */
 
 /*
- * LockHandle(seg, off, slot, rlock, slow_acquire, slow_release, futex_wait,
- * queue_acquire): bound methods acquire and release for one Lock or RLock
- * proxy. The common calls (acquire() with no arguments, release()) run here
+ * LockHandle(seg, off, slot, kind, slow_acquire, slow_release, futex_wait,
+ * queue_acquire): bound methods acquire and release for one Lock (kind 0),
+ * RLock (1) or Semaphore (2) proxy. The common calls (acquire() with no arguments, release()) run here
  * with no Python frame. An acquire() that is still waiting after futex_wait
  * seconds calls queue_acquire(), which waits in the daemon's queue instead
  * (where status shows it, in FIFO order). Anything else (arguments, a
  * DAEMON answer, an error, a detached segment) goes to slow_acquire(*args,
  * **kw) or slow_release(), the Python methods that handle every case.
  */
+enum { HANDLE_LOCK = 0, HANDLE_RLOCK = 1, HANDLE_SEMAPHORE = 2 };
+
 typedef struct {
     PyObject_HEAD
     Segment *seg;
     uint64_t *w;
     uint64_t slot;
-    int rlock;
+    int kind;
     acquire_core acquire;
     double futex_wait;
     PyObject *slow_acquire;
@@ -826,14 +968,18 @@ typedef struct {
 } Handle;
 
 static int handle_init(Handle *h, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"seg", "off", "slot", "rlock", "slow_acquire", "slow_release", "futex_wait",
+    static char *kwlist[] = {"seg", "off", "slot", "kind", "slow_acquire", "slow_release", "futex_wait",
                              "queue_acquire", NULL};
     PyObject *seg, *off, *slot, *sa, *sr, *qa;
-    int rlock;
+    int kind;
     double fw;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OOpOOdO", kwlist, &SegmentType, &seg, &off, &slot, &rlock, &sa,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OOiOOdO", kwlist, &SegmentType, &seg, &off, &slot, &kind, &sa,
                                      &sr, &fw, &qa))
         return -1;
+    if (kind < HANDLE_LOCK || kind > HANDLE_SEMAPHORE) {
+        PyErr_SetString(PyExc_ValueError, "kind must be 0 (Lock), 1 (RLock) or 2 (Semaphore)");
+        return -1;
+    }
     if (h->seg != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "handle already initialised");
         return -1;
@@ -856,8 +1002,8 @@ static int handle_init(Handle *h, PyObject *args, PyObject *kw) {
     h->seg = (Segment *)seg;
     h->w = w;
     h->slot = sl;
-    h->rlock = rlock;
-    h->acquire = rlock ? rlock_acquire_core : lock_acquire_core;
+    h->kind = kind;
+    h->acquire = kind == HANDLE_RLOCK ? rlock_acquire_core : kind == HANDLE_SEMAPHORE ? sem_acquire_core : lock_acquire_core;
     h->futex_wait = fw;
     h->slow_acquire = sa;
     h->slow_release = sr;
@@ -899,8 +1045,19 @@ static PyObject *handle_release(Handle *h, PyObject *const *args, Py_ssize_t nar
         return NULL;
     }
     if (!LOAD(&h->seg->detached)) {
-        int r = h->rlock ? rlock_release_core(h->w, h->slot, (uint64_t)PyThread_get_thread_ident())
-                         : lock_release_core(h->w);
+        int r;
+        switch (h->kind) {
+        case HANDLE_RLOCK:
+            r = rlock_release_core(h->w, h->slot, (uint64_t)PyThread_get_thread_ident());
+            break;
+        case HANDLE_SEMAPHORE:
+            r = sem_release_core(h->seg, h->w, h->slot);
+            break;
+        default:
+            r = lock_release_core(h->w);
+        }
+        if (r < 0)
+            return NULL;
         if (r == RES_OK)
             Py_RETURN_NONE;
     }
@@ -919,7 +1076,8 @@ static PyTypeObject HandleType = {
     .tp_name = "syncmgr._fastpath.LockHandle",
     .tp_basicsize = sizeof(Handle),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "LockHandle(seg, off, slot, rlock, slow_acquire, slow_release, futex_wait, queue_acquire)",
+    .tp_doc = "LockHandle(seg, off, slot, kind, slow_acquire, slow_release, futex_wait, queue_acquire): "
+              "kind 0 Lock, 1 RLock, 2 Semaphore",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)handle_init,
     .tp_dealloc = (destructor)handle_dealloc,

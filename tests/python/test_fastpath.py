@@ -1,7 +1,8 @@
 """The same-host fast path against the real daemon: every kind's semantics
-with the fast methods, mixed with socket-path clients, SIGKILLed holders and
-waiters, Ctrl-C during a futex wait, and the fallbacks (another boot id,
-SYNCMGR_FASTPATH=0)."""
+with the fast methods (Semaphores included: units counted per session in
+the segment's ledger, recounted by the daemon when a holder dies mid-op),
+mixed with socket-path clients, SIGKILLed holders and waiters, Ctrl-C during
+a futex wait, and the fallbacks (another boot id, SYNCMGR_FASTPATH=0)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import multiprocessing as mp
 import os
 import pickle
 import signal
+import struct
 import subprocess
 import sys
 import textwrap
@@ -47,9 +49,10 @@ def lock_state(m, name: str) -> str:
 
 
 def test_kinds_on_the_fast_path(m):
-    on = [m.Lock(), m.RLock(), m.Condition(), m.Event(), m.Value("i", 1), m.Value("d", 1.5), m.Value("?", True)]
+    on = [m.Lock(), m.RLock(), m.Condition(), m.Event(), m.Value("i", 1), m.Value("d", 1.5), m.Value("?", True),
+          m.Semaphore(2), m.BoundedSemaphore(2)]
     assert all(_fast.active(p) for p in on), _fast.reasons
-    off = [m.Semaphore(2), m.BoundedSemaphore(2), m.Value("c", b"x"), m.Value("O", [1]), m.Queue()]
+    off = [m.Value("c", b"x"), m.Value("O", [1]), m.Queue()]
     assert not any(_fast.active(p) for p in off)
 
 
@@ -333,3 +336,182 @@ def test_long_event_wait_moves_to_the_daemon_and_misses_no_set(m, daemon):
     assert e._call_blocking("wait", 0.0, timeout=0.0, since=gen) is False
     with pytest.raises(syncmgr.SyncMgrError):
         e._call_blocking("wait", 0.0, timeout=0.0, since=-5)
+
+
+def test_semaphore_semantics(m):
+    s = m.Semaphore(2, name="fp-sem")
+    h = s._fast
+    assert s.acquire() is True and s.acquire(True, 1) is True
+    assert h.fp.seg.sem_taken(h.off, h.fp.slot) == 2  # both taken by CAS
+    assert s.acquire(False) is False
+    t0 = time.monotonic()
+    assert s.acquire(timeout=0.1) is False
+    assert time.monotonic() - t0 >= 0.1
+    for _ in range(3):
+        s.release()  # the third makes a unit: a plain Semaphore may grow
+    assert [s.acquire(False) for _ in range(4)] == [True, True, True, False]
+    for _ in range(3):
+        s.release()
+    b = m.BoundedSemaphore(1, name="fp-bsem")
+    with b:
+        assert b.acquire(False) is False
+        assert lock_state(m, "fp-bsem") == "value 0 of 1"
+    with pytest.raises(ValueError):
+        b.release()
+    assert lock_state(m, "fp-bsem") == "value 1 of 1"
+    with pytest.raises(ValueError):
+        s.acquire(False, 1)  # argument errors are the socket path's, as before
+
+
+def _sem_work(sem, inside, peak, n):
+    for _ in range(n):
+        with sem:
+            v = inside.add(1)
+            while v > (cur := peak.value) and not peak.compare_and_set(cur, v):
+                pass
+            inside.add(-1)
+
+
+def test_semaphore_mixed_with_socket_clients(m, daemon):
+    sem = m.BoundedSemaphore(2, name="fp-sem-mixed")
+    inside, peak = m.Value("i", 0), m.Value("i", 0)
+    socket_side = textwrap.dedent(f"""
+        import syncmgr, pickle
+        from syncmgr import _fast
+        m = syncmgr.connect()
+        sem = m.BoundedSemaphore(2, name="fp-sem-mixed")
+        inside, peak = pickle.loads({pickle.dumps((inside, peak))!r})
+        assert not _fast.active(sem)
+        for _ in range(200):
+            with sem:
+                v = inside.add(1)
+                while v > (cur := peak.value) and not peak.compare_and_set(cur, v):
+                    pass
+                inside.add(-1)
+        print("done")
+    """)
+    slow = [run_py(daemon, socket_side, SYNCMGR_FASTPATH="0") for _ in range(2)]
+    fast = [CTX.Process(target=_sem_work, args=(sem, inside, peak, 300)) for _ in range(2)]
+    for p in fast:
+        p.start()
+    _sem_work(sem, inside, peak, 300)
+    for p in fast:
+        p.join(120)
+        assert p.exitcode == 0
+    for p in slow:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0 and "done" in out, err
+    assert inside.value == 0 and 1 <= peak.value <= 2
+    assert [sem.acquire(False) for _ in range(3)] == [True, True, False]  # every unit came back
+    sem.release()
+    sem.release()
+
+
+def _take_units(sem, n, ready):
+    for _ in range(n):
+        sem.acquire()
+    ready.set()
+    time.sleep(600)
+
+
+def test_killed_fast_semaphore_holder_gives_its_units_back(m):
+    sem = m.Semaphore(2, name="fp-sem-killed")
+    ready = CTX.Event()
+    p = CTX.Process(target=_take_units, args=(sem, 2, ready))
+    p.start()
+    assert ready.wait(30)
+    assert lock_state(m, "fp-sem-killed") == "value 0 of 2"
+    got = []
+    t = threading.Thread(target=lambda: got.append(sem.acquire(timeout=30)))
+    t.start()
+    time.sleep(0.2)
+    os.kill(p.pid, signal.SIGKILL)
+    t.join(30)
+    p.join(10)
+    assert got == [True]
+    assert sem.acquire(False) is True and sem.acquire(False) is False
+    sem.release()
+    sem.release()
+
+
+def _die_mid_acquire(sem, ledger_written, ready):
+    # Take one unit, then stop inside the next acquire: the latch claimed and
+    # (perhaps) the ledger entry written, the units not yet committed. Raw
+    # writes to the segment file play the part of the C code killed there.
+    sem.acquire()
+    h = sem._fast
+    fd = os.open(h.fp.identity[0], os.O_RDWR | os.O_NOFOLLOW)
+    word = h.fp.seg.state(h.off)
+    os.pwrite(fd, struct.pack("<Q", word | h.fp.slot << 32), h.off)
+    if ledger_written:
+        (lo,) = struct.unpack("<I", os.pread(fd, 4, h.off + 40))
+        os.pwrite(fd, struct.pack("<I", 2), lo + 4 * h.fp.slot)
+    os.close(fd)
+    ready.set()
+    time.sleep(600)
+
+
+@pytest.mark.parametrize("ledger_written", [False, True])
+def test_killed_mid_semaphore_op_is_recounted(m, ledger_written):
+    sem = m.Semaphore(3)
+    ready = CTX.Event()
+    p = CTX.Process(target=_die_mid_acquire, args=(sem, ledger_written, ready))
+    p.start()
+    assert ready.wait(30)
+    got = []
+    t = threading.Thread(target=lambda: got.append(sem.acquire(timeout=30)))
+    t.start()
+    time.sleep(0.2)
+    assert got == []  # a live session's latch is waited out
+    os.kill(p.pid, signal.SIGKILL)
+    t.join(30)
+    p.join(10)
+    assert got == [True]
+    # All three units exist again: the dead session's were recounted and returned.
+    assert [sem.acquire(False) for _ in range(3)] == [True, True, False]
+    for _ in range(3):
+        sem.release()
+
+
+def test_killed_fast_semaphore_waiter_takes_nothing(m):
+    sem = m.Semaphore(1)
+    assert sem.acquire(False)
+    ready = CTX.Event()
+    p = CTX.Process(target=_wait_for, args=(sem, ready))
+    p.start()
+    assert ready.wait(30)
+    time.sleep(0.2)
+    os.kill(p.pid, signal.SIGKILL)
+    p.join(10)
+    sem.release()
+    assert wait_until(lambda: sem.acquire(False))
+    sem.release()
+
+
+def test_ctrl_c_during_a_semaphore_wait_takes_nothing(m, daemon):
+    sem = m.Semaphore(1, name="fp-sem-ctrl-c")
+    sem.acquire()
+    p = run_py(daemon, """
+        import syncmgr
+        from syncmgr import _fast
+        _fast.FUTEX_WAIT = 60.0
+        m = syncmgr.connect()
+        sem = m.Semaphore(1, name="fp-sem-ctrl-c")
+        assert _fast.active(sem)
+        print("waiting", flush=True)
+        try:
+            sem.acquire()
+            print("acquired", flush=True)
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+        import time; time.sleep(30)
+    """)
+    assert p.stdout.readline().strip() == "waiting"
+    time.sleep(0.3)
+    p.send_signal(signal.SIGINT)
+    assert p.stdout.readline().strip() == "interrupted"
+    sem.release()
+    assert sem.acquire(False) is True  # the interrupted waiter took no unit
+    sem.release()
+    p.kill()
+    p.communicate(timeout=10)

@@ -3,7 +3,8 @@
 The segment's layout is the daemon's (statemem/layout.go); these tests write
 its header themselves so that the word operations can be checked alone:
 mutual exclusion across processes, futex waits with timeouts, Ctrl-C during
-a wait, RLock ownership, Event generations and Value arithmetic.
+a wait, RLock ownership, Semaphore units and ledger, Event generations and
+Value arithmetic.
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ import pytest
 fp = pytest.importorskip("syncmgr._fastpath")
 
 MAGIC = 0x5752474D434E5953
-SLOTS = 8
+SLOTS = 16
 SIZE = SLOTS * 64
 BIT_WAITERS = 1 << 29
 BIT_DAEMON = 1 << 30
-LOCK, RLOCK, EVENT, VALUE = 64, 128, 192, 256  # object offsets used below
+LOCK, RLOCK, EVENT, VALUE, SEM = 64, 128, 192, 256, 320  # object offsets used below
+LEDGER, LEDGER_LEN = 512, 128  # SEM's ledger: slots 8-15, one u32 per session slot
+LATCH_SHIFT = 32
 CTX = mp.get_context("fork")
 
 
@@ -33,6 +36,19 @@ def make_segment(path: str) -> None:
     with open(path, "wb") as f:
         f.write(struct.pack("<QIII", MAGIC, 1, 64, SLOTS).ljust(SIZE, b"\0"))
     os.chmod(path, 0o600)
+    poke(path, SEM + 40, struct.pack("<II", LEDGER, LEDGER_LEN))
+
+
+def poke(path: str, off: int, data: bytes) -> None:
+    fd = os.open(path, os.O_RDWR)
+    try:
+        os.pwrite(fd, data, off)
+    finally:
+        os.close(fd)
+
+
+def set_sem(path: str, word: int) -> None:
+    poke(path, SEM, struct.pack("<Q", word))
 
 
 def open_segment(path: str) -> fp.Segment:
@@ -267,3 +283,69 @@ def test_value(seg: fp.Segment) -> None:
     assert seg.value_get(VALUE, b) is True
     with pytest.raises(TypeError):
         seg.value_add(VALUE, b, 1)
+
+
+def test_semaphore(seg: fp.Segment, seg_path: str) -> None:
+    set_sem(seg_path, 2)
+    assert seg.sem_taken(SEM, 3) == 0
+    assert seg.sem_taken(SEM, LEDGER_LEN) is None  # past the ledger
+    assert seg.sem_acquire(SEM, LEDGER_LEN, 0, 0) == fp.DAEMON
+    assert seg.sem_release(SEM, 3) == fp.DAEMON  # no units of its own: the daemon decides
+    assert seg.sem_acquire(SEM, 3, 0, 0) == fp.OK
+    assert seg.sem_acquire(SEM, 4, 0, 0) == fp.OK
+    assert seg.state(SEM) == 0 and seg.sem_taken(SEM, 3) == 1 and seg.sem_taken(SEM, 4) == 1
+    t0 = time.monotonic()
+    assert seg.sem_acquire(SEM, 3, 0, 0.05) == fp.BUSY
+    assert time.monotonic() - t0 >= 0.05
+    assert seg.sem_release(SEM, 4) == fp.OK
+    assert seg.state(SEM) == 1 and seg.sem_taken(SEM, 4) == 0  # the failed wait's sleepers bit is gone
+    assert seg.sem_release(SEM, 4) == fp.DAEMON
+    set_sem(seg_path, 1 | BIT_DAEMON)
+    assert seg.sem_acquire(SEM, 3, 0, -1) == fp.DAEMON
+    assert seg.sem_release(SEM, 3) == fp.DAEMON
+    assert seg.sem_taken(SEM, 3) == 1
+
+
+def _clear_latch_later(path: str, word: int, delay: float) -> None:
+    time.sleep(delay)
+    set_sem(path, word)
+
+
+def test_semaphore_latch_is_waited_out(seg: fp.Segment, seg_path: str) -> None:
+    # Another session's op is in flight (its latch set): even a call that
+    # must not wait for units waits the latch out, then finds the unit.
+    set_sem(seg_path, 1 | 9 << LATCH_SHIFT)
+    p = CTX.Process(target=_clear_latch_later, args=(seg_path, 1, 0.05))
+    p.start()
+    t0 = time.monotonic()
+    assert seg.sem_acquire(SEM, 3, 0, 0) == fp.OK
+    assert time.monotonic() - t0 >= 0.04
+    p.join(10)
+    assert seg.state(SEM) == 0 and seg.sem_taken(SEM, 3) == 1
+
+
+def _sem_count(path: str, slot: int, n: int) -> None:
+    s = open_segment(path)
+    mem = os.open(path, os.O_RDWR)
+    for _ in range(n):
+        assert s.sem_acquire(SEM, slot, 0, -1) == fp.OK
+        (v,) = struct.unpack("<Q", os.pread(mem, 8, LOCK + 48))
+        os.pwrite(mem, struct.pack("<Q", v + 1), LOCK + 48)
+        assert s.sem_release(SEM, slot) == fp.OK
+    os.close(mem)
+
+
+def test_semaphore_of_one_excludes_across_processes(seg_path: str) -> None:
+    set_sem(seg_path, 1)
+    procs = [CTX.Process(target=_sem_count, args=(seg_path, i + 1, 2000)) for i in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    seg = open_segment(seg_path)
+    with open(seg_path, "rb") as f:
+        f.seek(LOCK + 48)
+        assert struct.unpack("<Q", f.read(8))[0] == 6000
+    assert seg.state(SEM) == 1
+    assert [seg.sem_taken(SEM, i + 1) for i in range(3)] == [0, 0, 0]
