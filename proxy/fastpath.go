@@ -15,9 +15,9 @@ import (
 
 // The same-host fast path (docs/protocol.md section 11): with WithFastPath,
 // a client on the daemon's Unix socket and host maps the daemon's state
-// segment, and the Lock, RLock, Condition-lock and Event handles it creates
-// change their words by compare-and-swap. Everything a word cannot do (the
-// daemon bit set, errors, Values, Semaphores) goes over the socket as
+// segment, and the Lock, RLock, Condition-lock, Semaphore and Event handles
+// it creates change their words by compare-and-swap. Everything a word
+// cannot do (the daemon bit set, errors, Values) goes over the socket as
 // before. The client's connection is the session whose slot id the words
 // name, so the fast path ends when the connection does.
 
@@ -47,6 +47,7 @@ type fastWord struct {
 	w     *uint64
 	aux   *uint64
 	since *uint64 // stamped when a Lock or RLock is taken, for status
+	taken *uint32 // a Semaphore's ledger entry of this session
 	kind  uint8
 	alive <-chan struct{}
 }
@@ -117,7 +118,7 @@ func (c *Client) fastRef(ctx context.Context, h Handle) *fastWord {
 		return nil
 	}
 	switch h.kind {
-	case wire.KindLock, wire.KindRLock, wire.KindCondition, wire.KindEvent:
+	case wire.KindLock, wire.KindRLock, wire.KindCondition, wire.KindEvent, wire.KindSemaphore, wire.KindBoundedSemaphore:
 	default:
 		return nil
 	}
@@ -135,7 +136,13 @@ func (c *Client) fastRef(ctx context.Context, h Handle) *fastWord {
 	if *fp.seg.Tag(o) != uint32(tag) {
 		return nil // deleted and reused since the reply
 	}
-	return &fastWord{fp: fp, w: fp.seg.State(o), aux: fp.seg.Aux(o), since: fp.seg.Since(o), kind: uint8(tag), alive: c.done}
+	f := &fastWord{fp: fp, w: fp.seg.State(o), aux: fp.seg.Aux(o), since: fp.seg.Since(o), kind: uint8(tag), alive: c.done}
+	if f.kind == statemem.KindSemaphore || f.kind == statemem.KindBoundedSemaphore {
+		if f.taken = fp.seg.Ledger(o, fp.slot); f.taken == nil {
+			return nil // a slot id past the ledger: units through the daemon
+		}
+	}
+	return f
 }
 
 // usable reports whether the words may be used now: the connection, and so
@@ -168,7 +175,9 @@ func (f *fastWord) acquire(ctx context.Context, tid int64, wait bool, deadline t
 			}
 		}
 		var r statemem.Result
-		if f.kind == statemem.KindRLock {
+		if f.taken != nil {
+			r = statemem.SemAcquire(f.w, f.taken, f.fp.slot, d)
+		} else if f.kind == statemem.KindRLock {
 			r = statemem.RLockAcquire(f.w, f.aux, f.fp.slot, tid, d)
 			if r == statemem.OK && atomic.LoadUint64(f.w)>>statemem.DepthShift == 1 {
 				statemem.Stamp(f.since) // the outermost acquire
@@ -195,6 +204,9 @@ func (f *fastWord) acquire(ctx context.Context, tid int64, wait bool, deadline t
 }
 
 func (f *fastWord) release(tid int64) statemem.Result {
+	if f.taken != nil {
+		return statemem.SemRelease(f.w, f.taken, f.fp.slot)
+	}
 	if f.kind == statemem.KindRLock {
 		return statemem.RLockRelease(f.w, f.aux, f.fp.slot, tid)
 	}

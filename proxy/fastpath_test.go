@@ -13,6 +13,11 @@ import (
 
 // serveFast starts a server whose manager keeps its words in a segment.
 func serveFast(t *testing.T) string {
+	path, _ := serveFastSeg(t)
+	return path
+}
+
+func serveFastSeg(t *testing.T) (string, *statemem.Segment) {
 	t.Helper()
 	seg, err := statemem.Create(t.TempDir(), "state", 256)
 	if err != nil {
@@ -21,7 +26,104 @@ func serveFast(t *testing.T) string {
 	t.Cleanup(func() { seg.Close() }) // after the server's shutdown (cleanups run last-in first-out)
 	path, srv := serve(t, server.Config{})
 	srv.Manager().EnableFastPath(seg)
-	return path
+	return path, seg
+}
+
+// casUnits sums the units the ledgers of seg's Semaphores count.
+func casUnits(seg *statemem.Segment) int {
+	n := 0
+	for off := uint32(statemem.SlotSize); seg.Valid(off); off += statemem.SlotSize {
+		if k := uint8(*seg.Tag(off)); k == statemem.KindSemaphore || k == statemem.KindBoundedSemaphore {
+			for _, e := range seg.LedgerEntries(off) {
+				n += int(e)
+			}
+		}
+	}
+	return n
+}
+
+// Semaphore units taken by CAS and over the socket exclude each other, the
+// daemon's errors stay its own, and a fast client's end gives its units back.
+func TestFastPathGoSemaphore(t *testing.T) {
+	path, seg := serveFastSeg(t)
+	ctx := context.Background()
+	a := dialC(t, path, proxy.WithFastPath())
+	sock := dialC(t, path)
+	s, err := a.BoundedSemaphore(ctx, "g-sem", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss, _ := sock.BoundedSemaphore(ctx, "g-sem", 2)
+	if ok, _ := s.TryAcquire(ctx); !ok || casUnits(seg) != 1 {
+		t.Fatalf("fast try: %v, CAS units %d", ok, casUnits(seg))
+	}
+	if err := s.Release(ctx); err != nil || casUnits(seg) != 0 {
+		t.Fatalf("fast release: %v, CAS units %d", err, casUnits(seg))
+	}
+	if err := s.Release(ctx); err == nil {
+		t.Fatal("over-release of a BoundedSemaphore")
+	}
+
+	var mu sync.Mutex // guards cur (holders now) and top (most at once)
+	cur, top := 0, 0
+	var wg sync.WaitGroup
+	work := func(m *proxy.Mutex) {
+		defer wg.Done()
+		for i := 0; i < 200; i++ {
+			if err := m.Acquire(ctx); err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			cur++
+			top = max(top, cur)
+			mu.Unlock()
+			time.Sleep(10 * time.Microsecond)
+			mu.Lock()
+			cur--
+			mu.Unlock()
+			if err := m.Release(ctx); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}
+	wg.Add(4)
+	go work(s)
+	go work(s)
+	go work(ss)
+	go work(ss)
+	wg.Wait()
+	if top > 2 || top < 1 {
+		t.Fatalf("peak holders %d", top)
+	}
+
+	// A fast client holding both units by CAS closes: a socket waiter gets one.
+	h := dialC(t, path, proxy.WithFastPath())
+	hs, _ := h.BoundedSemaphore(ctx, "g-sem", 2)
+	for i := 0; i < 2; i++ {
+		if ok, _ := hs.TryAcquire(ctx); !ok {
+			t.Fatal("take both units")
+		}
+	}
+	if casUnits(seg) != 2 {
+		t.Fatalf("CAS units %d", casUnits(seg))
+	}
+	got := make(chan bool, 1)
+	go func() { ok, _ := ss.AcquireTimeout(ctx, 10*time.Second); got <- ok }()
+	time.Sleep(30 * time.Millisecond)
+	h.Close()
+	select {
+	case ok := <-got:
+		if !ok {
+			t.Fatal("waiter timed out")
+		}
+	case <-time.After(bound):
+		t.Fatal("dead fast holder's units not given back")
+	}
+	if ok, _ := s.TryAcquire(ctx); !ok || casUnits(seg) != 1 {
+		t.Fatalf("the other unit: %v, CAS units %d", ok, casUnits(seg))
+	}
 }
 
 func TestFastPathGoClient(t *testing.T) {
