@@ -15,6 +15,9 @@
 //     holding it);
 //   - the atomic Value ends at the number of logged adds (plus at most one
 //     per kill);
+//   - the BoundedSemaphore's units are all back at the end (none lost with a
+//     killed holder, by CAS or through the daemon; none made), and no
+//     release of a held unit is refused;
 //   - once the clients are gone, the daemon's goroutine count is back to its
 //     baseline and its RSS is reported.
 package main
@@ -70,7 +73,7 @@ func runWorker(id int, addr string, ops int, fast bool) int {
 	ctx := context.Background()
 	opts := []proxy.Option{proxy.WithLabel(fmt.Sprintf("soak worker %d", id))}
 	if fast {
-		opts = append(opts, proxy.WithFastPath()) // Lock ops by compare-and-swap, mixed with socket clients
+		opts = append(opts, proxy.WithFastPath()) // Lock and Semaphore ops by compare-and-swap, mixed with socket clients
 	}
 	c, err := proxy.Dial(ctx, addr, key(), opts...)
 	if err != nil {
@@ -85,6 +88,7 @@ func runWorker(id int, addr string, ops int, fast bool) int {
 	atomic, _ := c.Value(ctx, "soak.atomic", "q", 0)
 	q, _ := c.Queue(ctx, "soak.q", 500)
 	ev, _ := c.Event(ctx, "soak.ev")
+	sem, _ := c.BoundedSemaphore(ctx, "soak.sem", soakUnits)
 	r := rand.New(rand.NewPCG(uint64(id), uint64(time.Now().UnixNano())))
 	me := int64(id)
 	for i := 0; i < ops; i++ {
@@ -131,13 +135,28 @@ func runWorker(id int, addr string, ops int, fast bool) int {
 			}
 			gcancel()
 		default:
-			_, _ = ev.IsSet(tctx)
+			if r.IntN(2) == 0 {
+				_, _ = ev.IsSet(tctx)
+				fmt.Fprintln(out, "N")
+				break
+			}
+			if err := sem.Acquire(tctx); err != nil {
+				cancel()
+				fmt.Fprintln(os.Stderr, "semaphore acquire:", err)
+				return 3
+			}
+			if err := sem.Release(tctx); err != nil {
+				fmt.Fprintf(out, "V release of a held semaphore unit refused: %v\n", err)
+			}
 			fmt.Fprintln(out, "N")
 		}
 		cancel()
 	}
 	return 0
 }
+
+// soakUnits is the soak BoundedSemaphore's value.
+const soakUnits = 2
 
 type tally struct {
 	mu         sync.Mutex
@@ -329,6 +348,10 @@ func drive(bin string, nclients, ops int, killEvery, maxTime time.Duration, fast
 	atomicV, _ := c.Value(ctx, "soak.atomic", "q", 0)
 	counter, _ := counterV.Get(ctx)
 	atomic, _ := atomicV.Get(ctx)
+	semFree, err := semaphoreUnits(ctx, c)
+	if err != nil {
+		return err
+	}
 
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -367,6 +390,9 @@ func drive(bin string, nclients, ops int, killEvery, maxTime time.Duration, fast
 	if d := int(atomic.(int64)) - t.adds; d < 0 || d > nkilled {
 		viol = append(viol, fmt.Sprintf("atomic value is %v, logged adds %d, kills %d", atomic, t.adds, nkilled))
 	}
+	if semFree != soakUnits {
+		viol = append(viol, fmt.Sprintf("semaphore has %d units free after the run, want %d", semFree, soakUnits))
+	}
 
 	// The daemon returns to its baseline once the clients are gone.
 	var after map[string]any
@@ -393,6 +419,7 @@ func drive(bin string, nclients, ops int, killEvery, maxTime time.Duration, fast
 		nclients, spawned, kills, t.ops, elapsed.Seconds(), float64(t.ops)/elapsed.Seconds())
 	fmt.Printf("soak: lock increments %d (counter %v), atomic adds %d (value %v), items put %d, got %d, still queued %d, in flight with killed clients %d\n",
 		t.increments, counter, t.adds, atomic, len(t.put), len(t.got), len(remaining), lost)
+	fmt.Printf("soak: semaphore units free after the run %d of %d\n", semFree, soakUnits)
 	fmt.Printf("soak: daemon rss %.1f MiB before, %.1f MiB peak, %.1f MiB after; goroutines %d before, %d peak, %d after; sessions after %d\n",
 		mib(num(base["rss"])), mib(peakRSS), mib(num(after["rss"])), num(base["goroutines"]), peakGoroutines, num(after["goroutines"]), num(after["sessions"]))
 	fmt.Printf("soak: invariant violations: %d\n", len(viol))
@@ -403,6 +430,39 @@ func drive(bin string, nclients, ops int, killEvery, maxTime time.Duration, fast
 		return errors.New("invariants violated")
 	}
 	return nil
+}
+
+// semaphoreUnits counts the soak semaphore's free units once every client
+// session has ended (a killed holder's units come back at its session end),
+// taking them all and giving them back.
+func semaphoreUnits(ctx context.Context, c *proxy.Client) (int, error) {
+	sem, err := c.BoundedSemaphore(ctx, "soak.sem", soakUnits)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for deadline := time.Now().Add(10 * time.Second); n < soakUnits && time.Now().Before(deadline); {
+		ok, err := sem.TryAcquire(ctx)
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			n++
+		} else {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if ok, err := sem.TryAcquire(ctx); err != nil {
+		return 0, err
+	} else if ok {
+		n++ // one too many: a unit was made
+	}
+	for i := 0; i < n; i++ {
+		if err := sem.Release(ctx); err != nil {
+			return 0, err
+		}
+	}
+	return n, nil
 }
 
 func producer(item string) int {
