@@ -38,7 +38,9 @@
 // barrier, and then its end hooks (Session.OnEnd) run.
 //
 // State (state.go): the state of Lock, RLock, Semaphore, BoundedSemaphore
-// and Event is a state word, and a numeric Value's a seqlock cell; the op
-// semantics read and write it only through those types, whose comment gives
-// the layout a shared-memory segment will use.
+// and Event is a state word (a Semaphore's with a ledger of units per
+// session slot), and a numeric Value's an 8-byte cell; the op semantics read
+// and write it only through those types, whose comment gives the layout.
+// The same-host fast path (fastpath.go) binds those words into a shared
+// segment (package statemem) without changing the semantics.
 package manager

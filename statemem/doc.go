@@ -5,12 +5,14 @@
 // without a round trip to the daemon.
 //
 // The daemon stays the arbiter: it creates the segment (mode 0600, never
-// adopted from another user), allocates one 64-byte object slot per object,
-// and runs its own socket-path ops on the same words with the same
+// adopted from another user), allocates one 64-byte object slot per object
+// (and a Semaphore a ledger of units per session slot besides), and runs its own socket-path ops on the same words with the same
 // compare-and-swap protocol. When it has waiters of its own queued on an
 // object it sets the word's daemon bit (BitDaemon), which sends every client
 // to the socket path for that object until the queue is empty. When a
-// session ends it releases the words that name the session's slot id.
+// session ends it releases the words that name the session's slot id and
+// gives back the Semaphore units its ledger entries count; a Semaphore's
+// latch (see SemAcquire) lets it recount a session killed mid-op.
 //
 // The layout (layout.go) is the contract with the C extension of the Python
 // client (pyclient/syncmgr/_fastpath.c); docs/protocol.md, section "Same-host
