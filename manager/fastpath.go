@@ -159,10 +159,27 @@ func (f *fastPath) bind(obj Object, kind uint8, mu *sync.Mutex, state, aux, sinc
 		since.Bind(f.seg.Since(ref.Off))
 	}
 	mu.Unlock()
+	f.remember(obj, ref)
+}
+
+// remember records that obj's words are at ref.
+func (f *fastPath) remember(obj Object, ref statemem.Ref) {
 	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.byOff[ref.Off] = obj
 	f.refs[obj] = ref
-	f.mu.Unlock()
+}
+
+// forget drops obj's record and returns where its words were.
+func (f *fastPath) forget(obj Object) (statemem.Ref, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ref, ok := f.refs[obj]
+	if ok {
+		delete(f.refs, obj)
+		delete(f.byOff, ref.Off)
+	}
+	return ref, ok
 }
 
 // unbindFast gives a removed object's words back to Go memory and frees its
@@ -192,13 +209,7 @@ func (m *Manager) unbindFast(obj Object) {
 }
 
 func (f *fastPath) unbind(obj Object, mu *sync.Mutex, state, aux, since *Word) {
-	f.mu.Lock()
-	ref, ok := f.refs[obj]
-	if ok {
-		delete(f.refs, obj)
-		delete(f.byOff, ref.Off)
-	}
-	f.mu.Unlock()
+	ref, ok := f.forget(obj)
 	if !ok {
 		return
 	}
@@ -234,23 +245,14 @@ func (f *fastPath) bindSemaphore(o *Semaphore) {
 	o.st.Ledger = f.seg.LedgerEntries(ref.Off)
 	o.gone = f.slotGone
 	o.mu.Unlock()
-	f.mu.Lock()
-	f.byOff[ref.Off] = o
-	f.refs[o] = ref
-	f.mu.Unlock()
+	f.remember(o, ref)
 }
 
 // unbindSemaphore takes a removed Semaphore off the segment once no client
 // op is in flight on it (the daemon holds the latch meanwhile); the units
 // clients took by CAS are forgotten with the object.
 func (f *fastPath) unbindSemaphore(o *Semaphore) {
-	f.mu.Lock()
-	ref, ok := f.refs[o]
-	if ok {
-		delete(f.refs, o)
-		delete(f.byOff, ref.Off)
-	}
-	f.mu.Unlock()
+	ref, ok := f.forget(o)
 	if !ok {
 		return
 	}

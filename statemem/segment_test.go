@@ -197,3 +197,44 @@ func TestCreateReplacesOnlyItsOwnStaleFile(t *testing.T) {
 		}
 	}
 }
+
+// A Semaphore gets a zeroed ledger run beside its slot; a freed run is reused
+// only for another Semaphore, and Owned finds a Semaphore by ledger or latch.
+func TestSemaphoreLedgers(t *testing.T) {
+	s := newSeg(t, 1+2*(1+LedgerSlots))
+	a, err := s.AllocSemaphore(KindSemaphore, 3, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Ledger(a.Off, 0) == nil || s.Ledger(a.Off, LedgerLen-1) == nil || s.Ledger(a.Off, LedgerLen) != nil {
+		t.Fatal("ledger entries out of place")
+	}
+	if *s.State(a.Off) != 3 || len(s.LedgerEntries(a.Off)) != LedgerLen {
+		t.Fatalf("word %d", *s.State(a.Off))
+	}
+	*s.Ledger(a.Off, 5) = 2
+	if got := s.Owned(5); len(got) != 1 || got[0] != a.Off {
+		t.Fatalf("owned by ledger: %v", got)
+	}
+	*s.State(a.Off) |= 7 << LatchShift
+	if got := s.Owned(7); len(got) != 1 {
+		t.Fatalf("owned by latch: %v", got)
+	}
+	if _, err := s.AllocSemaphore(KindBoundedSemaphore, 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AllocSemaphore(KindSemaphore, 1, 0); err != ErrFull {
+		t.Fatalf("a full segment: %v", err)
+	}
+	s.Free(a.Off)
+	if s.Ledger(a.Off, 0) != nil {
+		t.Fatal("a freed semaphore keeps its ledger")
+	}
+	b, err := s.AllocSemaphore(KindSemaphore, 1, 0)
+	if err != nil {
+		t.Fatalf("the freed run is not reused: %v", err)
+	}
+	if e := s.Ledger(b.Off, 5); e == nil || *e != 0 {
+		t.Fatal("a reused ledger is not zeroed")
+	}
+}
