@@ -111,6 +111,20 @@ func (m *Manager) releaseSlotWords(f *fastPath, s *Session) {
 			h.releaseSession(s)
 		}
 	}
+	// Every Semaphore, not only those whose words name the slot now: a
+	// Semaphore whose latch another op just took over reads neither the
+	// slot's latch nor its (not yet recounted) units.
+	f.mu.Lock()
+	var sems []*Semaphore
+	for _, obj := range f.byOff {
+		if sem, ok := obj.(*Semaphore); ok {
+			sems = append(sems, sem)
+		}
+	}
+	f.mu.Unlock()
+	for _, sem := range sems {
+		sem.releaseSession(s)
+	}
 	f.mu.Lock()
 	delete(f.attached, s.Slot())
 	f.mu.Unlock()
@@ -248,21 +262,27 @@ func (f *fastPath) bindSemaphore(o *Semaphore) {
 	f.remember(o, ref)
 }
 
-// unbindSemaphore takes a removed Semaphore off the segment once no client
-// op is in flight on it (the daemon holds the latch meanwhile); the units
-// clients took by CAS are forgotten with the object.
+// unbindSemaphore takes a removed Semaphore off the segment. It runs under
+// the manager's lock, so it never waits for the latch: when a client op is
+// in flight, the slot and the ledger are retired for good (never handed out
+// again) instead of freed, so that the op's late writes land nowhere
+// anyone reads. The units clients took by CAS are forgotten with the object.
 func (f *fastPath) unbindSemaphore(o *Semaphore) {
 	ref, ok := f.forget(o)
 	if !ok {
 		return
 	}
 	o.mu.Lock()
-	o.claim()
+	inFlight := o.st.Latched() != 0
 	statemem.MarkDaemon(f.seg.State(ref.Off))
 	o.st.W0.Unbind()
 	o.st.W0.update(func(x uint64) uint64 { return x &^ (latchMask | waitersBit | sleepersBit) })
 	o.st.Ledger = nil
 	o.gone = nil
 	o.mu.Unlock()
-	f.seg.Free(ref.Off)
+	if inFlight {
+		f.seg.Retire(ref.Off)
+	} else {
+		f.seg.Free(ref.Off)
+	}
 }

@@ -58,10 +58,12 @@ func (m *Semaphore) Kind() Kind {
 // State returns the semaphore's state.
 func (m *Semaphore) State() *SemState { return &m.st }
 
-// claim takes the latch (under m.mu), waiting out a live session's op,
-// which never needs m.mu to finish, and taking over that of a session that
-// ended mid-op, whose ledger entry it then recounts. It returns the free
-// units; every claim ends with commit.
+// claim takes the latch (called with m.mu held), waiting out a live
+// session's op and taking over that of a session that ended mid-op, whose
+// ledger entry it then recounts. It returns the free units; every claim
+// ends with commit. While it waits it lets go of m.mu: ending the dead
+// session, or deleting the object, must not wait for it (the session's end
+// takes the manager's lock, which a Delete holds while it takes m.mu).
 func (m *Semaphore) claim() int64 {
 	for spins := 0; ; spins++ {
 		x, ok := m.st.Claim(m.gone)
@@ -73,9 +75,11 @@ func (m *Semaphore) claim() int64 {
 		}
 		if spins < 100 {
 			runtime.Gosched()
-		} else {
-			time.Sleep(50 * time.Microsecond)
+			continue
 		}
+		m.mu.Unlock()
+		time.Sleep(50 * time.Microsecond)
+		m.mu.Lock()
 	}
 }
 
@@ -105,7 +109,13 @@ func (m *Semaphore) AcquireGrant(ctx context.Context, s *Session, tid int64, blo
 		m.mu.Unlock()
 		return Grant{}, m.dead
 	}
-	if free := m.claim(); free > 0 && m.waiters.len() == 0 {
+	free := m.claim()
+	if m.dead != nil { // removed while claim waited
+		m.commit(0)
+		m.mu.Unlock()
+		return Grant{}, m.dead
+	}
+	if free > 0 && m.waiters.len() == 0 {
 		m.credit(s)
 		m.commit(-1)
 		m.mu.Unlock()
@@ -204,6 +214,10 @@ func (m *Semaphore) Release(s *Session, tid int64) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	free := m.claim()
+	if m.dead != nil {
+		m.commit(0)
+		return m.dead
+	}
 	if !m.holders() {
 		switch {
 		case m.bounded:

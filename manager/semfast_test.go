@@ -224,3 +224,28 @@ func TestFastSemaphoreStress(t *testing.T) {
 		t.Fatalf("value %d total %d latch %d", sem.Value(), sem.total, sem.st.Latched())
 	}
 }
+
+// Deleting a Semaphore whose latch a session holds (killed, its end not yet
+// run) neither waits for that latch under the manager's lock nor hangs the
+// daemon ops waiting on it; the session's end then runs.
+func TestFastSemaphoreDeleteWithADeadLatch(t *testing.T) {
+	m, seg := fastManager(t)
+	a, b := newSession(t, m), newSession(t, m)
+	ctx := testCtx(t)
+	sem := create[*Semaphore](t, m, a, KindSemaphore, "fs", Params{Value: 1})
+	w, _ := semWords(t, m, seg, sem, b)
+	x := atomic.LoadUint64(w)
+	atomic.StoreUint64(w, x|uint64(b.Slot())<<statemem.LatchShift) // b dies mid-op
+	waiting := async(func() (bool, error) { return sem.Acquire(ctx, a, 1, false, 0) })
+	pending(t, waiting, 20*time.Millisecond)
+	deleted := async(func() (bool, error) { return m.Delete("fs"), nil })
+	if r := recv(t, deleted); !r.v {
+		t.Fatal("delete")
+	}
+	ended := async(func() (bool, error) { m.CloseSession(b); return true, nil })
+	recv(t, ended)
+	recv(t, waiting) // either outcome: the object went away under it
+	if _, err := m.Lookup(KindSemaphore, "fs"); err == nil {
+		t.Fatal("still there")
+	}
+}

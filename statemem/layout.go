@@ -30,8 +30,9 @@ package statemem
 //	48..63   reserved, zero
 //
 // A Semaphore's ledger is a run of LedgerSlots object slots holding
-// LedgerLen u32 entries (their tag fields are entries too, so they read as
-// free slots to a scan): entry i counts the units session slot i took by
+// LedgerLen u32 entries (their tag fields are entries too: a scan of the
+// segment may read a count there as a tag, so scans look objects up by
+// offset in the daemon's own table before acting): entry i counts the units session slot i took by
 // compare-and-swap and has not given back. Sessions with a slot id of
 // LedgerLen or more take a Semaphore's units through the daemon.
 const (

@@ -264,7 +264,7 @@ func (s *Segment) LedgerEntries(off uint32) []uint32 {
 func (s *Segment) Ledger(off, slot uint32) *uint32 {
 	lo := atomic.LoadUint32((*uint32)(s.at(off, OffLedger)))
 	n := atomic.LoadUint32((*uint32)(s.at(off, OffLedgerLen)))
-	if lo == 0 || slot >= n || uint64(lo)+uint64(n)*4 > uint64(len(s.mem)) {
+	if lo == 0 || lo%SlotSize != 0 || slot >= n || uint64(lo)+uint64(n)*4 > uint64(len(s.mem)) {
 		return nil
 	}
 	return (*uint32)(unsafe.Pointer(&s.mem[lo+4*slot])) //nolint:gosec // bounds checked above
@@ -273,7 +273,14 @@ func (s *Segment) Ledger(off, slot uint32) *uint32 {
 // Free retires the object at off: its tag reads free and its state word
 // carries BitDaemon, so a client with a stale offset goes to the daemon
 // (which answers that the object is gone). Sleepers on the word are woken.
-func (s *Segment) Free(off uint32) {
+func (s *Segment) Free(off uint32) { s.release(off, true) }
+
+// Retire is Free for an object whose slot (and ledger) a client may still
+// write, its op having started before the object was removed: they are
+// never handed out again.
+func (s *Segment) Retire(off uint32) { s.release(off, false) }
+
+func (s *Segment) release(off uint32, reuse bool) {
 	k := uint8(atomic.LoadUint32(s.Tag(off)))
 	atomic.StoreUint32(s.Tag(off), 0)
 	atomic.StoreUint64(s.State(off), BitDaemon)
@@ -281,12 +288,16 @@ func (s *Segment) Free(off uint32) {
 	if k == KindSemaphore || k == KindBoundedSemaphore {
 		if lo := atomic.LoadUint32((*uint32)(s.at(off, OffLedger))); lo != 0 {
 			atomic.StoreUint64((*uint64)(s.at(off, OffLedger)), 0)
-			s.freeRun(lo / SlotSize)
+			if reuse {
+				s.freeRun(lo / SlotSize)
+			}
 		}
 	}
-	s.mu.Lock()
-	s.free = append(s.free, off/SlotSize)
-	s.mu.Unlock()
+	if reuse {
+		s.mu.Lock()
+		s.free = append(s.free, off/SlotSize)
+		s.mu.Unlock()
+	}
 }
 
 // Valid reports whether off is an object slot's offset in s.
@@ -317,9 +328,9 @@ func (s *Segment) Since(off uint32) *uint64 { return (*uint64)(s.at(off, OffSinc
 // Bound returns the bound field of the object at off.
 func (s *Segment) Bound(off uint32) *uint64 { return (*uint64)(s.at(off, OffBound)) }
 
-// Owned returns the offsets of the objects whose words name slot, for the
-// daemon to release when that session ends: Locks and RLocks it owns, and
-// Semaphores in which it holds units or the latch.
+// Owned returns the offsets of the Locks and RLocks whose words name slot
+// as owner, for the daemon to release when that session ends. (Semaphores
+// are visited one by one: see manager.releaseSlotWords.)
 func (s *Segment) Owned(slot uint32) []uint32 {
 	s.mu.Lock()
 	n := s.next
@@ -328,15 +339,8 @@ func (s *Segment) Owned(slot uint32) []uint32 {
 	for i := uint32(1); i < n; i++ {
 		off := i * SlotSize
 		x := atomic.LoadUint64(s.State(off))
-		switch uint8(atomic.LoadUint32(s.Tag(off))) {
-		case KindLock, KindRLock:
-			if uint32(x&MaskLow) == slot {
-				out = append(out, off)
-			}
-		case KindSemaphore, KindBoundedSemaphore:
-			if e := s.Ledger(off, slot); uint32(x>>LatchShift&MaskLow) == slot || (e != nil && atomic.LoadUint32(e) > 0) {
-				out = append(out, off)
-			}
+		if k := uint8(atomic.LoadUint32(s.Tag(off))); (k == KindLock || k == KindRLock) && uint32(x&MaskLow) == slot {
+			out = append(out, off)
 		}
 	}
 	return out
