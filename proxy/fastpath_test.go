@@ -109,18 +109,7 @@ func TestFastPathGoSemaphore(t *testing.T) {
 	if casUnits(seg) != 2 {
 		t.Fatalf("CAS units %d", casUnits(seg))
 	}
-	got := make(chan bool, 1)
-	go func() { ok, _ := ss.AcquireTimeout(ctx, 10*time.Second); got <- ok }()
-	time.Sleep(30 * time.Millisecond)
-	h.Close()
-	select {
-	case ok := <-got:
-		if !ok {
-			t.Fatal("waiter timed out")
-		}
-	case <-time.After(bound):
-		t.Fatal("dead fast holder's units not given back")
-	}
+	acquireAfterClose(t, ss, h, "dead fast holder's units not given back")
 	if ok, _ := s.TryAcquire(ctx); !ok || casUnits(seg) != 1 {
 		t.Fatalf("the other unit: %v, CAS units %d", ok, casUnits(seg))
 	}
@@ -238,17 +227,24 @@ func TestFastPathGoClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	sl, _ := sock.Lock(ctx, "g-dead")
+	acquireAfterClose(t, sl, h, "dead fast holder's lock not released")
+}
+
+// acquireAfterClose starts waiter waiting, closes holder (ending its session,
+// so the daemon gives back what it held) and checks that the waiter gets it.
+func acquireAfterClose(t *testing.T, waiter *proxy.Mutex, holder *proxy.Client, stuck string) {
+	t.Helper()
 	got := make(chan bool, 1)
-	go func() { ok, _ := sl.AcquireTimeout(ctx, 10*time.Second); got <- ok }()
+	go func() { ok, _ := waiter.AcquireTimeout(context.Background(), 10*time.Second); got <- ok }()
 	time.Sleep(30 * time.Millisecond)
-	h.Close()
+	holder.Close()
 	select {
 	case ok := <-got:
 		if !ok {
 			t.Fatal("waiter timed out")
 		}
 	case <-time.After(bound):
-		t.Fatal("dead fast holder's lock not released")
+		t.Fatal(stuck)
 	}
 }
 

@@ -243,9 +243,15 @@ def _wait_for(lock, ready):
     print("a killed waiter must never get here", flush=True)
 
 
-def test_killed_fast_waiter_takes_nothing(m):
-    lock = m.Lock(name="fp-killed-waiter")
-    lock.acquire()
+# (kind, creation args, name, status state when free) of the acquirers whose
+# waits sleep on a futex.
+ACQUIRERS = [("Lock", (), "fp-waiter-lock", "unlocked"), ("Semaphore", (1,), "fp-waiter-sem", "value 1 of 1")]
+
+
+@pytest.mark.parametrize("kind,args,name,free_state", ACQUIRERS)
+def test_killed_fast_waiter_takes_nothing(m, kind, args, name, free_state):
+    lock = getattr(m, kind)(*args, name=name)
+    assert lock.acquire(False) is True
     ready = CTX.Event()
     p = CTX.Process(target=_wait_for, args=(lock, ready))
     p.start()
@@ -254,20 +260,21 @@ def test_killed_fast_waiter_takes_nothing(m):
     os.kill(p.pid, signal.SIGKILL)
     p.join(10)
     lock.release()
-    assert wait_until(lambda: lock_state(m, "fp-killed-waiter") == "unlocked")
+    assert wait_until(lambda: lock_state(m, name) == free_state)
     assert lock.acquire(False) is True
     lock.release()
 
 
-def test_ctrl_c_during_a_futex_wait_leaves_nothing_held(m, daemon):
-    lock = m.Lock(name="fp-ctrl-c")
+@pytest.mark.parametrize("kind,args,name,free_state", ACQUIRERS)
+def test_ctrl_c_during_a_futex_wait_leaves_nothing_held(m, daemon, kind, args, name, free_state):
+    lock = getattr(m, kind)(*args, name=name)
     lock.acquire()
-    p = run_py(daemon, """
+    p = run_py(daemon, f"""
         import syncmgr, sys
         from syncmgr import _fast
         _fast.FUTEX_WAIT = 60.0  # stay on the futex (not the daemon's queue) for this test
         m = syncmgr.connect()
-        lock = m.Lock(name="fp-ctrl-c")
+        lock = m.{kind}(*{args!r}, name={name!r})
         assert _fast.active(lock)
         print("waiting", flush=True)
         try:
@@ -282,6 +289,7 @@ def test_ctrl_c_during_a_futex_wait_leaves_nothing_held(m, daemon):
     p.send_signal(signal.SIGINT)
     assert p.stdout.readline().strip() == "interrupted"
     lock.release()  # still ours: the interrupted waiter took nothing
+    assert lock_state(m, name) == free_state
     assert lock.acquire(False) is True  # and it does not hold it either
     lock.release()
     p.kill()
@@ -471,47 +479,3 @@ def test_killed_mid_semaphore_op_is_recounted(m, ledger_written):
     assert [sem.acquire(False) for _ in range(3)] == [True, True, False]
     for _ in range(3):
         sem.release()
-
-
-def test_killed_fast_semaphore_waiter_takes_nothing(m):
-    sem = m.Semaphore(1)
-    assert sem.acquire(False)
-    ready = CTX.Event()
-    p = CTX.Process(target=_wait_for, args=(sem, ready))
-    p.start()
-    assert ready.wait(30)
-    time.sleep(0.2)
-    os.kill(p.pid, signal.SIGKILL)
-    p.join(10)
-    sem.release()
-    assert wait_until(lambda: sem.acquire(False))
-    sem.release()
-
-
-def test_ctrl_c_during_a_semaphore_wait_takes_nothing(m, daemon):
-    sem = m.Semaphore(1, name="fp-sem-ctrl-c")
-    sem.acquire()
-    p = run_py(daemon, """
-        import syncmgr
-        from syncmgr import _fast
-        _fast.FUTEX_WAIT = 60.0
-        m = syncmgr.connect()
-        sem = m.Semaphore(1, name="fp-sem-ctrl-c")
-        assert _fast.active(sem)
-        print("waiting", flush=True)
-        try:
-            sem.acquire()
-            print("acquired", flush=True)
-        except KeyboardInterrupt:
-            print("interrupted", flush=True)
-        import time; time.sleep(30)
-    """)
-    assert p.stdout.readline().strip() == "waiting"
-    time.sleep(0.3)
-    p.send_signal(signal.SIGINT)
-    assert p.stdout.readline().strip() == "interrupted"
-    sem.release()
-    assert sem.acquire(False) is True  # the interrupted waiter took no unit
-    sem.release()
-    p.kill()
-    p.communicate(timeout=10)
