@@ -217,7 +217,7 @@ def attach(proxy: BaseProxy) -> None:
     elif k == _KIND_RLOCK and kind in ("rlock", "condition"):
         h = _RLockHandle(proxy, fp, off, tag)
     elif (k, kind) in ((_KIND_SEMAPHORE, "semaphore"), (_KIND_BOUNDED_SEMAPHORE, "bounded_semaphore")):
-        if fp.seg.sem_taken(off, fp.slot) is None:
+        if not _SemHandle.has_entry(fp, off):
             return  # a slot id past the ledger: this session takes units through the daemon
         h = _SemHandle(proxy, fp, off, tag)
     elif k == _KIND_EVENT and kind == "event":
@@ -277,6 +277,11 @@ class _Handle:
         first (see rebind)."""
         return self.fp.ok or (self.fp.pid != os.getpid() and self.rebind())
 
+    def fits(self, fp: FastPath) -> bool:
+        """Whether fp's session can use this object's words (checked when a
+        forked child moves the handle; the offset and tag are checked apart)."""
+        return True
+
     def rebind(self) -> bool:
         """In a forked child, on the first use of any inherited handle: move
         every handle of the parent's mapping to the child's own fast path
@@ -302,7 +307,8 @@ class _Handle:
         p = self.proxy()
         if p is None:
             return
-        if fp is None or not fp.ok or fp.identity != old.identity or fp.seg.tag(self.off) != self.tag:
+        if (fp is None or not fp.ok or fp.identity != old.identity or fp.seg.tag(self.off) != self.tag
+                or not self.fits(fp)):
             self.uninstall(p)
             return
         self.bind(fp)
@@ -407,11 +413,15 @@ class _SemHandle(_LockHandle):
         self.take = fp.seg.sem_acquire
         self.give_s = fp.seg.sem_release
 
-    def move(self, old: FastPath, fp: Optional[FastPath]) -> None:
-        # A forked child's slot id may be past the ledger's length.
-        if fp is not None and fp.ok and fp.identity == old.identity and fp.seg.sem_taken(self.off, fp.slot) is None:
-            fp = None
-        super().move(old, fp)
+    @staticmethod
+    def has_entry(fp: FastPath, off: int) -> bool:
+        """Whether fp's session slot has an entry in the ledger of the
+        Semaphore at off (a slot id past its length takes units through the
+        daemon)."""
+        return fp.seg.sem_taken(off, fp.slot) is not None
+
+    def fits(self, fp: FastPath) -> bool:
+        return self.has_entry(fp, self.off)
 
     def release(self) -> None:
         if not (self.usable() and self.give_s(self.off, self.slot) == OK):
