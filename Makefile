@@ -19,7 +19,7 @@ $(BIN): $(GOFILES) go.mod go.sum
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: pyclient/pyproject.toml pyclient/setup.py pyclient/_daemon_build.py pyclient/syncmgr/_fastpath.c scripts/setup-venv.sh
+$(VENV)/.installed: pyclient/pyproject.toml pyclient/setup.py pyclient/_daemon_build.py $(wildcard pyclient/csrc/*) scripts/setup-venv.sh
 	PYTHON=$(PYTHON) bash scripts/setup-venv.sh $(VENV)
 	touch $@
 

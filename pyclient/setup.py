@@ -4,6 +4,7 @@ syncmgr._fastpath (the same-host fast path) is built here: without a C
 compiler (or off Linux) the install succeeds without it and the client uses
 the socket path for every object."""
 
+import glob
 import os
 import sys
 
@@ -17,8 +18,10 @@ if sys.platform.startswith("linux"):
     ext_modules.append(
         Extension(
             "syncmgr._fastpath",
-            sources=["syncmgr/_fastpath.c"],
-            extra_compile_args=["-O2", "-Wall", "-Wextra"],
+            # One file per family of objects; fastpath.h is what they share.
+            sources=sorted(glob.glob("csrc/fp_*.c")),
+            depends=["csrc/fastpath.h"],
+            extra_compile_args=["-O2", "-Wall", "-Wextra", "-fvisibility=hidden"],
             optional=True,
         )
     )

@@ -1,7 +1,7 @@
 """Microbenchmarks of syncmgr._fastpath alone (no daemon): checks that the
 extension reaches the figures the fast path is designed around. Not the
 project's benchmark (that is `make bench`); a quick check after a change to
-pyclient/syncmgr/_fastpath.c.
+pyclient/csrc/.
 
     .venv/bin/python scripts/fastpath-micro.py
 """

@@ -15,6 +15,6 @@
 // latch (see SemAcquire) lets it recount a session killed mid-op.
 //
 // The layout (layout.go) is the contract with the C extension of the Python
-// client (pyclient/syncmgr/_fastpath.c); docs/protocol.md, section "Same-host
+// client (pyclient/csrc/); docs/protocol.md, section "Same-host
 // fast path", describes it for other implementations.
 package statemem

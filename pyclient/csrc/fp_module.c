@@ -1,0 +1,327 @@
+/* syncmgr._fastpath: the Segment and LockHandle types and the module's init. */
+#include "fastpath.h"
+
+/* --- raw access, for status and tests ------------------------------------ */
+
+/* state(off) -> the raw state word */
+static PyObject *seg_state(Segment *s, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(1, "state");
+    uint64_t *w = word_at(s, args[0], 0);
+    if (w == NULL)
+        return NULL;
+    return PyLong_FromUnsignedLongLong(LOAD(w));
+}
+
+/* tag(off) -> the slot's tag: kind | generation << 8 (0: free) */
+static PyObject *seg_tag(Segment *s, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(1, "tag");
+    uint64_t *w = word_at(s, args[0], 0);
+    if (w == NULL)
+        return NULL;
+    return PyLong_FromUnsignedLong(LOAD((uint32_t *)((unsigned char *)w + OFF_TAG)));
+}
+
+/* detach(): the daemon is gone. Sleepers in this process (and, spuriously,
+ * in others) are woken and leave their waits answering DAEMON, so that the
+ * caller goes to the socket path, which reports the daemon's loss. */
+static PyObject *seg_detach(Segment *s, PyObject *const *args, Py_ssize_t nargs) {
+    (void)args;
+    NARGS(0, "detach");
+    if (s->base == NULL)
+        Py_RETURN_NONE;
+    STORE(&s->detached, 1);
+    for (size_t off = SLOT_SIZE; off < s->size; off += SLOT_SIZE) {
+        uint64_t *w = (uint64_t *)(s->base + off);
+        if (LOAD(w) & BIT_WAITERS)
+            futex_wake_all(w);
+    }
+    Py_RETURN_NONE;
+}
+
+/* invalidate(): stop using the segment without waking anyone (a forked
+ * child, whose session is not the parent's). */
+static PyObject *seg_invalidate(Segment *s, PyObject *const *args, Py_ssize_t nargs) {
+    (void)args;
+    NARGS(0, "invalidate");
+    STORE(&s->detached, 1);
+    Py_RETURN_NONE;
+}
+
+/* --- the Segment type ---------------------------------------------------- */
+
+static int seg_init(Segment *s, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"fd", "size", NULL};
+    int fd;
+    Py_ssize_t size;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "in", kwlist, &fd, &size))
+        return -1;
+    if (s->base != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "segment already mapped");
+        return -1;
+    }
+    if (size < 2 * (Py_ssize_t)SLOT_SIZE || size % SLOT_SIZE != 0 || (uint64_t)size > MAX_SEGMENT) {
+        PyErr_Format(PyExc_ValueError, "bad segment size %zd", size);
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077) != 0 || st.st_size != size) {
+        PyErr_SetString(PyExc_PermissionError,
+                        "not a usable segment (type, owner, mode or size)");
+        return -1;
+    }
+    void *p = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    unsigned char *b = p;
+    uint32_t version, slot, cap;
+    memcpy(&version, b + 8, 4);
+    memcpy(&slot, b + 12, 4);
+    memcpy(&cap, b + 16, 4);
+    if (LOAD((uint64_t *)b) != MAGIC || version != VERSION || slot != SLOT_SIZE ||
+        (uint64_t)cap * SLOT_SIZE != (uint64_t)size) {
+        munmap(p, (size_t)size);
+        PyErr_SetString(PyExc_ValueError, "bad segment header");
+        return -1;
+    }
+    s->base = b;
+    s->size = (size_t)size;
+    return 0;
+}
+
+static void seg_dealloc(Segment *s) {
+    /* Only here: a method running in another thread holds a reference, so
+     * the mapping cannot vanish under a sleeping waiter. */
+    if (s->base != NULL)
+        munmap(s->base, s->size);
+    Py_TYPE(s)->tp_free((PyObject *)s);
+}
+
+static PyObject *seg_get_size(Segment *s, void *closure) {
+    (void)closure;
+    return PyLong_FromSize_t(s->size);
+}
+
+#define M(name, doc) {#name, (PyCFunction)(void (*)(void))seg_##name, METH_FASTCALL, doc}
+static PyMethodDef seg_methods[] = {
+    M(lock_acquire, "lock_acquire(off, slot, tid, timeout) -> OK, BUSY or DAEMON; timeout < 0 waits for ever"),
+    M(lock_release, "lock_release(off) -> OK, DAEMON or NOT_OWNER"),
+    M(rlock_acquire, "rlock_acquire(off, slot, tid, timeout) -> OK, BUSY or DAEMON"),
+    M(rlock_release, "rlock_release(off, slot, tid) -> OK, DAEMON or NOT_OWNER"),
+    M(sem_acquire, "sem_acquire(off, slot, tid, timeout) -> OK, BUSY or DAEMON (tid is not used)"),
+    M(sem_release, "sem_release(off, slot) -> OK or DAEMON"),
+    M(sem_taken, "sem_taken(off, slot) -> units slot took by compare-and-swap, or None"),
+    M(event_is_set, "event_is_set(off) -> bool"),
+    M(event_set, "event_set(off) -> OK or DAEMON"),
+    M(event_clear, "event_clear(off)"),
+    M(event_wait, "event_wait(off, timeout) -> bool"),
+    M(event_gen, "event_gen(off) -> the generation (bumped by every set)"),
+    M(event_wait_since, "event_wait_since(off, gen, timeout) -> bool: any set after generation gen counts"),
+    M(value_get, "value_get(off, cls) -> value"),
+    M(value_set, "value_set(off, cls, value)"),
+    M(value_add, "value_add(off, cls, delta) -> new value"),
+    M(value_cas, "value_cas(off, cls, expected, new) -> bool"),
+    M(state, "state(off) -> the raw state word"),
+    M(detach, "detach(): wake this process's sleepers, which then answer DAEMON"),
+    M(invalidate, "invalidate(): every later wait answers DAEMON at once (after a fork)"),
+    M(tag, "tag(off) -> the object slot's tag"),
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef seg_getset[] = {
+    {"size", (getter)seg_get_size, NULL, "mapped size in bytes", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject SegmentType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "syncmgr._fastpath.Segment",
+    .tp_basicsize = sizeof(Segment),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Segment(fd, size): a state segment mapped read-write from fd "
+              "(a regular file of this user, mode 0600, of exactly size bytes)",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)seg_init,
+    .tp_dealloc = (destructor)seg_dealloc,
+    .tp_methods = seg_methods,
+    .tp_getset = seg_getset,
+};
+
+/* --- LockHandle: a proxy's acquire and release in C ---------------------- */
+
+/*
+ * LockHandle(seg, off, slot, kind, slow_acquire, slow_release, futex_wait,
+ * queue_acquire): bound methods acquire and release for one Lock (kind 0),
+ * RLock (1) or Semaphore (2) proxy. The common calls (acquire() with no arguments, release()) run here
+ * with no Python frame. An acquire() that is still waiting after futex_wait
+ * seconds calls queue_acquire(), which waits in the daemon's queue instead
+ * (where status shows it, in FIFO order). Anything else (arguments, a
+ * DAEMON answer, an error, a detached segment) goes to slow_acquire(*args,
+ * **kw) or slow_release(), the Python methods that handle every case.
+ */
+enum { HANDLE_LOCK = 0, HANDLE_RLOCK = 1, HANDLE_SEMAPHORE = 2 };
+
+typedef struct {
+    PyObject_HEAD
+    Segment *seg;
+    uint64_t *w;
+    uint64_t slot;
+    int kind;
+    acquire_core acquire;
+    double futex_wait;
+    PyObject *slow_acquire;
+    PyObject *slow_release;
+    PyObject *queue_acquire;
+} Handle;
+
+static int handle_init(Handle *h, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"seg", "off", "slot", "kind", "slow_acquire", "slow_release", "futex_wait",
+                             "queue_acquire", NULL};
+    PyObject *seg, *off, *slot, *sa, *sr, *qa;
+    int kind;
+    double fw;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OOiOOdO", kwlist, &SegmentType, &seg, &off, &slot, &kind, &sa,
+                                     &sr, &fw, &qa))
+        return -1;
+    if (kind < HANDLE_LOCK || kind > HANDLE_SEMAPHORE) {
+        PyErr_SetString(PyExc_ValueError, "kind must be 0 (Lock), 1 (RLock) or 2 (Semaphore)");
+        return -1;
+    }
+    if (h->seg != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "handle already initialised");
+        return -1;
+    }
+    uint64_t *w = word_at((Segment *)seg, off, 0), sl;
+    if (w == NULL || get_slot(slot, &sl) < 0)
+        return -1;
+    if (!PyCallable_Check(sa) || !PyCallable_Check(sr) || !PyCallable_Check(qa)) {
+        PyErr_SetString(PyExc_TypeError, "slow paths must be callable");
+        return -1;
+    }
+    if (!(fw > 0)) {
+        PyErr_SetString(PyExc_ValueError, "futex_wait must be > 0");
+        return -1;
+    }
+    Py_INCREF(seg);
+    Py_INCREF(sa);
+    Py_INCREF(sr);
+    Py_INCREF(qa);
+    h->seg = (Segment *)seg;
+    h->w = w;
+    h->slot = sl;
+    h->kind = kind;
+    h->acquire = kind == HANDLE_RLOCK ? rlock_acquire_core : kind == HANDLE_SEMAPHORE ? sem_acquire_core : lock_acquire_core;
+    h->futex_wait = fw;
+    h->slow_acquire = sa;
+    h->slow_release = sr;
+    h->queue_acquire = qa;
+    return 0;
+}
+
+static void handle_dealloc(Handle *h) {
+    Py_XDECREF(h->seg);
+    Py_XDECREF(h->slow_acquire);
+    Py_XDECREF(h->slow_release);
+    Py_XDECREF(h->queue_acquire);
+    Py_TYPE(h)->tp_free((PyObject *)h);
+}
+
+static PyObject *handle_acquire(Handle *h, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    if (h->seg == NULL) {
+        PyErr_SetString(PyExc_ValueError, "uninitialised handle");
+        return NULL;
+    }
+    if (nargs == 0 && kwnames == NULL && !LOAD(&h->seg->detached)) {
+        uint64_t tid = (uint64_t)PyThread_get_thread_ident();
+        int r = h->acquire(h->seg, h->w, h->slot, tid, h->futex_wait);
+        if (r < 0)
+            return NULL;
+        if (r == RES_OK)
+            Py_RETURN_TRUE;
+        if (r == RES_BUSY)
+            return PyObject_CallNoArgs(h->queue_acquire);
+    }
+    return PyObject_Vectorcall(h->slow_acquire, args, (size_t)nargs, kwnames);
+}
+
+static PyObject *handle_release(Handle *h, PyObject *const *args, Py_ssize_t nargs) {
+    (void)args;
+    NARGS(0, "release");
+    if (h->seg == NULL) {
+        PyErr_SetString(PyExc_ValueError, "uninitialised handle");
+        return NULL;
+    }
+    if (!LOAD(&h->seg->detached)) {
+        int r;
+        switch (h->kind) {
+        case HANDLE_RLOCK:
+            r = rlock_release_core(h->w, h->slot, (uint64_t)PyThread_get_thread_ident());
+            break;
+        case HANDLE_SEMAPHORE:
+            r = sem_release_core(h->seg, h->w, h->slot);
+            break;
+        default:
+            r = lock_release_core(h->w);
+        }
+        if (r < 0)
+            return NULL;
+        if (r == RES_OK)
+            Py_RETURN_NONE;
+    }
+    return PyObject_CallNoArgs(h->slow_release);
+}
+
+static PyMethodDef handle_methods[] = {
+    {"acquire", (PyCFunction)(void (*)(void))handle_acquire, METH_FASTCALL | METH_KEYWORDS,
+     "acquire(blocking=True, timeout=None) -> bool"},
+    {"release", (PyCFunction)(void (*)(void))handle_release, METH_FASTCALL, "release()"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject HandleType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "syncmgr._fastpath.LockHandle",
+    .tp_basicsize = sizeof(Handle),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "LockHandle(seg, off, slot, kind, slow_acquire, slow_release, futex_wait, queue_acquire): "
+              "kind 0 Lock, 1 RLock, 2 Semaphore",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)handle_init,
+    .tp_dealloc = (destructor)handle_dealloc,
+    .tp_methods = handle_methods,
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "syncmgr._fastpath",
+    .m_doc = "The same-host fast path's word operations (see docs/protocol.md).",
+    .m_size = -1,
+};
+
+PyMODINIT_FUNC PyInit__fastpath(void) {
+    if (PyType_Ready(&SegmentType) < 0 || PyType_Ready(&HandleType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&SegmentType);
+    Py_INCREF(&HandleType);
+    if (PyModule_AddObject(m, "Segment", (PyObject *)&SegmentType) < 0 ||
+        PyModule_AddObject(m, "LockHandle", (PyObject *)&HandleType) < 0 ||
+        PyModule_AddIntConstant(m, "OK", RES_OK) < 0 || PyModule_AddIntConstant(m, "BUSY", RES_BUSY) < 0 ||
+        PyModule_AddIntConstant(m, "DAEMON", RES_DAEMON) < 0 ||
+        PyModule_AddIntConstant(m, "NOT_OWNER", RES_NOT_OWNER) < 0 ||
+        PyModule_AddIntConstant(m, "SLOT_SIZE", SLOT_SIZE) < 0 ||
+        PyModule_AddIntConstant(m, "MAX_SLOT", (long)MASK_LOW) < 0) {
+        Py_DECREF(&SegmentType);
+        Py_DECREF(&HandleType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

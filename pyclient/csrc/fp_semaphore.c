@@ -1,0 +1,134 @@
+/* syncmgr._fastpath: Semaphore and BoundedSemaphore: the latch and ledger protocol. */
+#include "fastpath.h"
+
+/* --- Semaphore: the latch protocol (statemem.SemAcquire) ------------------ */
+
+/*
+ * A Semaphore's free units and its ledger (units per session slot taken by
+ * CAS) change only under the latch, the word's bits 32-60: claim the latch
+ * by CAS, write our ledger entry, then commit the units and free the latch
+ * in one CAS. The daemon recounts a session that dies holding the latch.
+ */
+
+/* Our ledger entry, or NULL (no ledger, or a slot id past its length). */
+static uint32_t *ledger_entry(Segment *s, uint64_t *w, uint64_t slot) {
+    uint32_t lo = LOAD((uint32_t *)((unsigned char *)w + OFF_LEDGER));
+    uint32_t n = LOAD((uint32_t *)((unsigned char *)w + OFF_LEDGER_LEN));
+    if (lo == 0 || lo % SLOT_SIZE != 0 || slot >= n || (uint64_t)lo + (uint64_t)n * 4 > s->size)
+        return NULL;
+    return (uint32_t *)(s->base + lo) + slot;
+}
+
+static uint64_t latched(uint64_t x) { return (x >> LATCH_SHIFT) & MASK_LOW; }
+
+/* Waits for the latch seen in x to be let go: a few reads, then a futex
+ * sleep of at most a millisecond. Results as sleep_on's, 0 meaning again. */
+static int latch_wait(Segment *s, uint64_t *w, uint64_t x) {
+    for (int i = 0; i < LATCH_SPIN; i++) {
+        if (LOAD(w) != x)
+            return 1;
+    }
+    Wait wt = {1, 0, now_monotonic() + 0.001};
+    int r = sleep_on(s, w, x, &wt);
+    return r == 0 ? 1 : r;
+}
+
+/* Frees slot's latch adding delta to the free units; 0 when the latch is
+ * not slot's any more (the daemon took it over: our session ended). */
+static int sem_commit(uint64_t *w, uint64_t slot, int64_t delta) {
+    for (;;) {
+        uint64_t x = LOAD(w);
+        if (latched(x) != slot)
+            return 0;
+        uint64_t n = (x & ~(MASK_LATCH | BIT_WAITERS | MASK_LOW)) | (uint64_t)((int64_t)(x & MASK_LOW) + delta);
+        if (CAS(w, &x, n)) {
+            if (x & BIT_WAITERS)
+                futex_wake_all(w);
+            return 1;
+        }
+    }
+}
+
+/* The tid is not used (a unit is the session's): the signature is the
+ * lock's, so that the handle's acquire loop serves all three. */
+int sem_acquire_core(Segment *s, uint64_t *w, uint64_t slot, uint64_t tid, double timeout) {
+    (void)tid;
+    uint32_t *e = ledger_entry(s, w, slot);
+    if (e == NULL)
+        return RES_DAEMON;
+    Wait wt = {0, 0, 0};
+    for (;;) {
+        uint64_t x = LOAD(w);
+        if (x & BIT_DAEMON)
+            return RES_DAEMON;
+        int r;
+        if (latched(x)) {
+            r = latch_wait(s, w, x);
+        } else if (x & MASK_LOW) {
+            if (CAS(w, &x, x | (slot << LATCH_SHIFT))) {
+                STORE(e, LOAD(e) + 1);
+                return sem_commit(w, slot, -1) ? RES_OK : RES_DAEMON;
+            }
+            continue;
+        } else {
+            r = wait_turn(s, w, x, timeout, &wt);
+        }
+        if (r != 1)
+            return turn_result(r);
+    }
+}
+
+/* Gives back one unit this session took by CAS; anything else (no units of
+ * our own, a full word, daemon waiters) answers DAEMON. */
+int sem_release_core(Segment *s, uint64_t *w, uint64_t slot) {
+    uint32_t *e = ledger_entry(s, w, slot);
+    if (e == NULL)
+        return RES_DAEMON;
+    for (;;) {
+        uint64_t x = LOAD(w);
+        if ((x & BIT_DAEMON) || LOAD(e) == 0 || (x & MASK_LOW) == MASK_LOW)
+            return RES_DAEMON;
+        if (latched(x)) {
+            int r = latch_wait(s, w, x);
+            if (r != 1)
+                return r < 0 ? -1 : RES_DAEMON;
+            continue;
+        }
+        if (CAS(w, &x, x | (slot << LATCH_SHIFT))) {
+            uint32_t n = LOAD(e);
+            if (n == 0) { /* the daemon moved our unit meanwhile */
+                sem_commit(w, slot, 0);
+                return RES_DAEMON;
+            }
+            STORE(e, n - 1);
+            return sem_commit(w, slot, 1) ? RES_OK : RES_DAEMON;
+        }
+    }
+}
+
+
+PyObject *seg_sem_acquire(Segment *s, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(4, "sem_acquire");
+    return acquire_call(s, args, sem_acquire_core);
+}
+
+/* sem_release(off, slot) -> OK | DAEMON */
+PyObject *seg_sem_release(Segment *s, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(2, "sem_release");
+    uint64_t *w = word_at(s, args[0], 0), slot;
+    if (w == NULL || get_slot(args[1], &slot) < 0)
+        return NULL;
+    return result(sem_release_core(s, w, slot));
+}
+
+/* sem_taken(off, slot) -> the units slot took by CAS, or None (no ledger entry) */
+PyObject *seg_sem_taken(Segment *s, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(2, "sem_taken");
+    uint64_t *w = word_at(s, args[0], 0), slot;
+    if (w == NULL || get_slot(args[1], &slot) < 0)
+        return NULL;
+    uint32_t *e = ledger_entry(s, w, slot);
+    if (e == NULL)
+        Py_RETURN_NONE;
+    return PyLong_FromUnsignedLong(LOAD(e));
+}
