@@ -5,7 +5,7 @@ import "testing"
 // BenchmarkLockUncontended is the daemon's (and the Go client's) cost of an
 // uncontended acquire+release on a mapped word.
 func BenchmarkLockUncontended(b *testing.B) {
-	s, err := Create(b.TempDir(), "state", 4)
+	s, err := Create(4)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -4,10 +4,17 @@
 // can change them with one compare-and-swap and sleep on them with a futex,
 // without a round trip to the daemon.
 //
-// The daemon stays the arbiter: it creates the segment (mode 0600, never
-// adopted from another user), allocates one 64-byte object slot per object
-// (and a Semaphore a ledger of units per session slot besides), and runs its own socket-path ops on the same words with the same
-// compare-and-swap protocol. When it has waiters of its own queued on an
+// The daemon stays the arbiter: it creates the segment as an anonymous
+// memory file (memfd_create, mode 0600, sealed against shrinking and
+// growing, so no name exists for anyone to plant or leave behind and no
+// process can truncate it under another's mapping) and hands it to
+// same-user clients as a descriptor over the Unix socket (SCM_RIGHTS). It
+// allocates one 64-byte object slot per object (and a Semaphore a ledger of
+// units per session slot besides), keeping what it put where in its own
+// memory: it never reads a kind, an offset or a length back from the
+// segment to manage it, and bounds every value it does read there (words,
+// ledger entries, latches) by what the object can hold. It runs its own
+// socket-path ops on the same words with the same compare-and-swap protocol. When it has waiters of its own queued on an
 // object it sets the word's daemon bit (BitDaemon), which sends every client
 // to the socket path for that object until the queue is empty. When a
 // session ends it releases the words that name the session's slot id and

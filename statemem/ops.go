@@ -331,7 +331,9 @@ func UnmarkDaemon(w *uint64) {
 // keeps. When a session dies holding the latch (killed between steps), the
 // daemon takes the latch over and recounts the dead session's entry from
 // that total; which step it died at does not matter. Everyone waits the few
-// nanoseconds a live holder keeps the latch.
+// nanoseconds a live holder keeps the latch, and at most LatchGrace: a
+// latch held longer (a stopped holder, a stray store) sends the op to the
+// daemon, which honours the op's deadline.
 
 // latched is the slot holding x's latch (0: none).
 func latched(x uint64) uint32 { return uint32(x >> LatchShift & MaskLow) }
@@ -339,16 +341,32 @@ func latched(x uint64) uint32 { return uint32(x >> LatchShift & MaskLow) }
 // latchSpin is how many times a latch wait reads the word before it sleeps.
 const latchSpin = 100
 
-// waitLatch waits for the latch seen in x to be let go: a few reads, then
-// a futex sleep of at most a millisecond (a holder that died keeps it until
-// the daemon notices, within milliseconds).
-func waitLatch(w *uint64, x uint64) {
+// LatchGrace is how long a client op waits for a latch held by another
+// process before it sends the op to the daemon instead. A live holder lets
+// go within nanoseconds (microseconds when preempted); one that is stopped,
+// or a latch no live session holds (a stray store), is the daemon's to
+// judge: it takes over a latch naming no live session at once, and waits
+// for a live holder only as long as the request's deadline allows.
+const LatchGrace = 2 * time.Millisecond
+
+// waitLatch waits for the latch seen in x to be let go: a few reads, then a
+// futex sleep of at most a millisecond. It reports false once the op has
+// waited LatchGrace in all since *since (set on the first call): the op
+// then goes to the daemon.
+func waitLatch(w *uint64, x uint64, since *time.Time) bool {
 	for i := 0; i < latchSpin; i++ {
 		if atomic.LoadUint64(w) != x {
-			return
+			return true
 		}
 	}
-	sleep(w, x, time.Now().Add(time.Millisecond))
+	now := time.Now()
+	if since.IsZero() {
+		*since = now
+	} else if now.Sub(*since) >= LatchGrace {
+		return false
+	}
+	sleep(w, x, now.Add(time.Millisecond))
+	return true
 }
 
 // semCommit ends slot's latch, adding delta to the free units; it reports
@@ -372,16 +390,20 @@ func semCommit(w *uint64, slot uint32, delta int64) bool {
 
 // SemAcquire takes one unit of the Semaphore whose word is w for slot,
 // counting it in e, the slot's ledger entry. Daemon means the op goes to
-// the daemon (it has waiters queued, or this session ended).
+// the daemon (it has waiters queued, this session ended, or another
+// process kept the latch longer than LatchGrace).
 func SemAcquire(w *uint64, e *uint32, slot uint32, timeout time.Duration) Result {
 	deadline := deadlineOf(timeout)
+	var latchSince time.Time
 	for {
 		x := atomic.LoadUint64(w)
 		switch {
 		case x&BitDaemon != 0:
 			return Daemon
 		case latched(x) != 0:
-			waitLatch(w, x)
+			if !waitLatch(w, x, &latchSince) {
+				return Daemon
+			}
 		case x&MaskLow > 0:
 			if atomic.CompareAndSwapUint64(w, x, x|uint64(slot)<<LatchShift) {
 				atomic.StoreUint32(e, atomic.LoadUint32(e)+1)
@@ -402,13 +424,16 @@ func SemAcquire(w *uint64, e *uint32, slot uint32, timeout time.Duration) Result
 // units of its own in e, a full word, or a daemon with waiters answers
 // Daemon: the daemon releases (and refuses what it must).
 func SemRelease(w *uint64, e *uint32, slot uint32) Result {
+	var latchSince time.Time
 	for {
 		x := atomic.LoadUint64(w)
 		switch {
 		case x&BitDaemon != 0 || atomic.LoadUint32(e) == 0 || x&MaskLow == MaskLow:
 			return Daemon
 		case latched(x) != 0:
-			waitLatch(w, x)
+			if !waitLatch(w, x, &latchSince) {
+				return Daemon
+			}
 		case atomic.CompareAndSwapUint64(w, x, x|uint64(slot)<<LatchShift):
 			n := atomic.LoadUint32(e)
 			if n == 0 { // the daemon moved our unit meanwhile (a foreign release)

@@ -9,10 +9,12 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Child processes: the test binary re-run with STATEMEM_CHILD set to
-// "<op> <path> <size> <offset> <slot> <n>".
+// "<op> <size> <offset> <slot> <n>", the segment's descriptor as fd 3.
 func TestMain(m *testing.M) {
 	if spec := os.Getenv("STATEMEM_CHILD"); spec != "" {
 		os.Exit(child(spec))
@@ -21,15 +23,15 @@ func TestMain(m *testing.M) {
 }
 
 func child(spec string) int {
-	var op, path string
+	var op string
 	var size int64
 	var off, slot uint32
 	var n int
-	if _, err := fmt.Sscan(spec, &op, &path, &size, &off, &slot, &n); err != nil {
+	if _, err := fmt.Sscan(spec, &op, &size, &off, &slot, &n); err != nil {
 		fmt.Fprintln(os.Stderr, "bad child spec:", err)
 		return 2
 	}
-	s, err := Open(path, size)
+	s, err := OpenFD(3, size)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -60,7 +62,14 @@ func child(spec string) int {
 func startChild(t *testing.T, s *Segment, op string, off, slot uint32, n int) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "STATEMEM_CHILD="+op+" "+s.Path()+" "+strconv.FormatInt(s.Size(), 10)+" "+
+	dup, err := unix.Dup(s.FD()) // the child's fd 3; the File closes the copy, not s's
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := os.NewFile(uintptr(dup), "segment")
+	defer f.Close()
+	cmd.ExtraFiles = []*os.File{f}
+	cmd.Env = append(os.Environ(), "STATEMEM_CHILD="+op+" "+strconv.FormatInt(s.Size(), 10)+" "+
 		strconv.Itoa(int(off))+" "+strconv.Itoa(int(slot))+" "+strconv.Itoa(n))
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {

@@ -3,8 +3,6 @@ package statemem
 import (
 	"fmt"
 	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -31,74 +29,80 @@ type Ref struct {
 func (r Ref) Kind() uint8 { return uint8(r.Tag) }
 
 // Segment is a mapped state segment. The daemon creates it with Create and
-// allocates object slots in it; a client maps it with Open and only uses the
-// words at the offsets the daemon gave it.
+// allocates object slots in it; a client maps it with OpenFD (the daemon
+// passes the descriptor over the Unix socket) and only uses the words at the
+// offsets the daemon gave it.
+//
+// The daemon's copy keeps, in Go memory, what it allocated where: the kind
+// of object at each slot and the ledger run of each Semaphore. Freeing,
+// reuse and the scans at session end read only those records, never the
+// tags or ledger offsets in the segment, which any process of the user can
+// overwrite.
 type Segment struct {
-	path  string
-	owner bool // created here: Close unlinks
+	fd    int  // the memfd (daemon: kept to pass on; client: -1)
+	owner bool // created here: Close closes the descriptor
 	mem   []byte
 	cap   uint32
 
-	mu   sync.Mutex
-	next uint32   // lowest slot index never handed out
-	free []uint32 // freed slot indexes, reused oldest first
-	runs []uint32 // first indexes of freed ledger runs (LedgerSlots long)
-	gen  []uint32 // per slot: generation of its last allocation
+	mu     sync.Mutex
+	next   uint32   // lowest slot index never handed out
+	free   []uint32 // freed slot indexes, reused oldest first
+	runs   []uint32 // first indexes of freed ledger runs (LedgerSlots long)
+	gen    []uint32 // per slot: generation of its last allocation
+	kinds  []uint8  // per slot: the kind allocated there (KindLedger for a ledger run), KindFree when free
+	ledger []uint32 // per slot of a Semaphore: the first slot index of its ledger run
 }
 
-// Create makes a segment of capacity object slots (the header included) as a
-// new file called name in dir: the daemon's private directory or a sticky
-// tmpfs such as /dev/shm. A regular file of this user already there is a
-// segment left by a daemon that was killed on the same address: it is
-// removed first. Anything else there (another user's file, a symlink) is an
-// error. The file is created with O_EXCL and O_NOFOLLOW, mode 0600, so a file
-// or symlink planted meanwhile is never adopted.
-func Create(dir, name string, capacity int) (*Segment, error) {
+// Seals is the set of seals Create puts on the segment and OpenFD demands:
+// its size can never change, so no process can make another's mapping fault
+// (SIGBUS) by truncating it, and the seals cannot be changed.
+const Seals = unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_SEAL
+
+// Create makes a segment of capacity object slots (the header included) as
+// an anonymous memory file (memfd_create): it has no name in any directory,
+// so nothing is left behind when the daemon dies, no other user can plant
+// one in its place, and clients get it only as a descriptor passed over the
+// connection that answered them (SCM_RIGHTS, see FD). It is mode 0600 and
+// sealed against shrinking and growing (Seals).
+func Create(capacity int) (*Segment, error) {
 	if !littleEndian {
 		return nil, ErrBigEndian
 	}
 	if capacity < 2 || capacity > 1<<24 {
 		return nil, fmt.Errorf("statemem: capacity %d out of range [2, %d]", capacity, 1<<24)
 	}
-	if name == "" || strings.ContainsAny(name, "/\x00") || name == "." || name == ".." {
-		return nil, fmt.Errorf("statemem: bad segment name %q", name)
-	}
-	path := filepath.Join(dir, name)
-	var st unix.Stat_t
-	if err := unix.Lstat(path, &st); err == nil {
-		if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Uid != uint32(os.Geteuid()) {
-			return nil, fmt.Errorf("statemem: %s exists and is not this user's file", path)
-		}
-		if err := unix.Unlink(path); err != nil {
-			return nil, fmt.Errorf("statemem: remove stale %s: %w", path, err)
-		}
-	}
-	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	fd, err := unix.MemfdCreate("syncmgr-state", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
-		return nil, fmt.Errorf("statemem: create %s: %w", path, err)
+		return nil, fmt.Errorf("statemem: memfd_create: %w", err)
 	}
-	defer unix.Close(fd)
 	size := int64(capacity) * SlotSize
 	fail := func(err error) (*Segment, error) {
-		unix.Unlink(path)
+		unix.Close(fd)
 		return nil, err
 	}
-	if err := checkFile(fd, 0); err != nil {
-		return fail(err)
+	if err := unix.Fchmod(fd, 0o600); err != nil {
+		return fail(fmt.Errorf("statemem: chmod segment: %w", err))
 	}
 	if err := unix.Ftruncate(fd, size); err != nil {
-		return fail(fmt.Errorf("statemem: size %s: %w", path, err))
+		return fail(fmt.Errorf("statemem: size segment: %w", err))
 	}
 	// Reserve the pages now: a full tmpfs then fails here, not later as a
 	// SIGBUS in whichever process touches the page first.
 	if err := unix.Fallocate(fd, 0, 0, size); err != nil && err != unix.EOPNOTSUPP {
-		return fail(fmt.Errorf("statemem: reserve %s: %w", path, err))
+		return fail(fmt.Errorf("statemem: reserve segment: %w", err))
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, Seals); err != nil {
+		return fail(fmt.Errorf("statemem: seal segment: %w", err))
+	}
+	if err := checkFD(fd, size); err != nil {
+		return fail(err)
 	}
 	mem, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
-		return fail(fmt.Errorf("statemem: map %s: %w", path, err))
+		return fail(fmt.Errorf("statemem: map segment: %w", err))
 	}
-	s := &Segment{path: path, owner: true, mem: mem, cap: uint32(capacity), next: 1, gen: make([]uint32, capacity)}
+	s := &Segment{fd: fd, owner: true, mem: mem, cap: uint32(capacity), next: 1,
+		gen: make([]uint32, capacity), kinds: make([]uint8, capacity), ledger: make([]uint32, capacity)}
 	*(*uint32)(unsafe.Pointer(&mem[8])) = Version
 	*(*uint32)(unsafe.Pointer(&mem[12])) = SlotSize
 	*(*uint32)(unsafe.Pointer(&mem[16])) = uint32(capacity)
@@ -106,9 +110,9 @@ func Create(dir, name string, capacity int) (*Segment, error) {
 	return s, nil
 }
 
-// checkFile accepts only a regular file of this user, with no access for
-// group or others, of the given size (want < 0: any size).
-func checkFile(fd int, want int64) error {
+// checkFD accepts only a regular file of this user, with no access for
+// group or others, of the given size, sealed against resizing.
+func checkFD(fd int, want int64) error {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return fmt.Errorf("statemem: stat: %w", err)
@@ -120,35 +124,39 @@ func checkFile(fd int, want int64) error {
 		return fmt.Errorf("%w: owned by uid %d, not %d", ErrBadSegment, st.Uid, os.Geteuid())
 	case st.Mode&0o077 != 0:
 		return fmt.Errorf("%w: mode %#o allows other users", ErrBadSegment, st.Mode&0o777)
-	case want >= 0 && st.Size != want:
+	case st.Size != want:
 		return fmt.Errorf("%w: size %d, want %d", ErrBadSegment, st.Size, want)
+	}
+	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
+	if err != nil {
+		return fmt.Errorf("%w: no seals: %v", ErrBadSegment, err)
+	}
+	if seals&(unix.F_SEAL_SHRINK|unix.F_SEAL_GROW) != unix.F_SEAL_SHRINK|unix.F_SEAL_GROW {
+		return fmt.Errorf("%w: not sealed against resizing (seals %#x)", ErrBadSegment, seals)
 	}
 	return nil
 }
 
-// Open maps an existing segment of size bytes read-write, as a client does
-// with the path the daemon gave it. The file must be a regular file of this
-// user, mode 0600 or stricter, of exactly that size, with a valid header.
-func Open(path string, size int64) (*Segment, error) {
+// OpenFD maps the segment behind fd, of size bytes, read-write, as a client
+// does with the descriptor the daemon passed it. The file must be a regular
+// file of this user, mode 0600 or stricter, of exactly that size, sealed
+// against shrinking and growing, with a valid header. fd is not kept: the
+// caller closes it.
+func OpenFD(fd int, size int64) (*Segment, error) {
 	if !littleEndian {
 		return nil, ErrBigEndian
 	}
 	if size < 2*SlotSize || size%SlotSize != 0 || size > (1<<24)*SlotSize {
 		return nil, fmt.Errorf("%w: size %d", ErrBadSegment, size)
 	}
-	fd, err := unix.Open(path, unix.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("statemem: open %s: %w", path, err)
-	}
-	defer unix.Close(fd)
-	if err := checkFile(fd, size); err != nil {
+	if err := checkFD(fd, size); err != nil {
 		return nil, err
 	}
 	mem, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
-		return nil, fmt.Errorf("statemem: map %s: %w", path, err)
+		return nil, fmt.Errorf("statemem: map segment: %w", err)
 	}
-	s := &Segment{path: path, mem: mem, cap: uint32(size / SlotSize)}
+	s := &Segment{fd: -1, mem: mem, cap: uint32(size / SlotSize)}
 	if atomic.LoadUint64((*uint64)(unsafe.Pointer(&mem[0]))) != Magic ||
 		*(*uint32)(unsafe.Pointer(&mem[8])) != Version ||
 		*(*uint32)(unsafe.Pointer(&mem[12])) != SlotSize ||
@@ -159,8 +167,9 @@ func Open(path string, size int64) (*Segment, error) {
 	return s, nil
 }
 
-// Path returns the segment's file name.
-func (s *Segment) Path() string { return s.path }
+// FD returns the daemon's descriptor of the segment, to pass to a client
+// over a Unix socket (-1 in a client's copy). It stays open until Close.
+func (s *Segment) FD() int { return s.fd }
 
 // Size returns the segment's size in bytes.
 func (s *Segment) Size() int64 { return int64(len(s.mem)) }
@@ -187,6 +196,8 @@ func (s *Segment) Alloc(kind uint8, state, bound uint64) (Ref, error) {
 		return Ref{}, ErrFull
 	}
 	tag := s.tagLocked(i, kind)
+	s.kinds[i] = kind
+	s.ledger[i] = 0
 	s.mu.Unlock()
 	off := i * SlotSize
 	atomic.StoreUint64(s.Aux(off), 0)
@@ -230,6 +241,7 @@ func (s *Segment) AllocSemaphore(kind uint8, free, bound uint64) (Ref, error) {
 		// object), and the generation moves on so that a stale offset of a
 		// former object there never matches.
 		s.tagLocked(i, KindLedger)
+		s.kinds[i] = KindLedger
 		clear(s.mem[i*SlotSize : (i+1)*SlotSize])
 	}
 	s.mu.Unlock()
@@ -238,6 +250,9 @@ func (s *Segment) AllocSemaphore(kind uint8, free, bound uint64) (Ref, error) {
 		s.freeRun(first)
 		return Ref{}, err
 	}
+	s.mu.Lock()
+	s.ledger[ref.Off/SlotSize] = first
+	s.mu.Unlock()
 	atomic.StoreUint32((*uint32)(s.at(ref.Off, OffLedgerLen)), LedgerLen)
 	atomic.StoreUint32((*uint32)(s.at(ref.Off, OffLedger)), first*SlotSize)
 	return ref, nil
@@ -250,17 +265,25 @@ func (s *Segment) freeRun(first uint32) {
 }
 
 // LedgerEntries returns the whole ledger of the Semaphore at off (nil when
-// it has none), for the daemon.
+// it has none), for the daemon: where the daemon put it (its own record),
+// whatever the ledger offset in the segment now reads.
 func (s *Segment) LedgerEntries(off uint32) []uint32 {
-	e := s.Ledger(off, 0)
-	if e == nil {
+	if !s.owner || !s.Valid(off) {
 		return nil
 	}
-	return unsafe.Slice(e, LedgerLen)
+	s.mu.Lock()
+	first := s.ledger[off/SlotSize]
+	s.mu.Unlock()
+	if first == 0 {
+		return nil
+	}
+	return unsafe.Slice((*uint32)(unsafe.Pointer(&s.mem[first*SlotSize])), LedgerLen)
 }
 
 // Ledger returns the ledger entry of session slot slot in the Semaphore at
-// off, or nil when the object has no ledger or the slot id is too large.
+// off, or nil when the object has no ledger or the slot id is too large: a
+// client's view, read from the segment and bounds-checked (the daemon uses
+// LedgerEntries).
 func (s *Segment) Ledger(off, slot uint32) *uint32 {
 	lo := atomic.LoadUint32((*uint32)(s.at(off, OffLedger)))
 	n := atomic.LoadUint32((*uint32)(s.at(off, OffLedgerLen)))
@@ -281,21 +304,28 @@ func (s *Segment) Free(off uint32) { s.release(off, true) }
 func (s *Segment) Retire(off uint32) { s.release(off, false) }
 
 func (s *Segment) release(off uint32, reuse bool) {
-	k := uint8(atomic.LoadUint32(s.Tag(off)))
+	i := off / SlotSize
+	s.mu.Lock()
+	k, first := s.kinds[i], s.ledger[i]
+	s.kinds[i], s.ledger[i] = KindFree, 0
+	if first != 0 {
+		for j := first; j < first+LedgerSlots; j++ {
+			s.kinds[j] = KindFree
+		}
+	}
+	s.mu.Unlock()
 	atomic.StoreUint32(s.Tag(off), 0)
 	atomic.StoreUint64(s.State(off), BitDaemon)
 	WakeAll(s.State(off))
 	if k == KindSemaphore || k == KindBoundedSemaphore {
-		if lo := atomic.LoadUint32((*uint32)(s.at(off, OffLedger))); lo != 0 {
-			atomic.StoreUint64((*uint64)(s.at(off, OffLedger)), 0)
-			if reuse {
-				s.freeRun(lo / SlotSize)
-			}
+		atomic.StoreUint64((*uint64)(s.at(off, OffLedger)), 0)
+		if reuse && first != 0 {
+			s.freeRun(first)
 		}
 	}
 	if reuse {
 		s.mu.Lock()
-		s.free = append(s.free, off/SlotSize)
+		s.free = append(s.free, i)
 		s.mu.Unlock()
 	}
 }
@@ -330,43 +360,37 @@ func (s *Segment) Bound(off uint32) *uint64 { return (*uint64)(s.at(off, OffBoun
 
 // Owned returns the offsets of the Locks and RLocks whose words name slot
 // as owner, for the daemon to release when that session ends. (Semaphores
-// are visited one by one: see manager.releaseSlotWords.)
+// are visited one by one: see manager.releaseSlotWords.) Which slots hold
+// Locks and RLocks comes from the daemon's records, not from the tags.
 func (s *Segment) Owned(slot uint32) []uint32 {
 	s.mu.Lock()
-	n := s.next
+	var offs []uint32
+	for i := uint32(1); i < s.next; i++ {
+		if k := s.kinds[i]; k == KindLock || k == KindRLock {
+			offs = append(offs, i*SlotSize)
+		}
+	}
 	s.mu.Unlock()
 	var out []uint32
-	for i := uint32(1); i < n; i++ {
-		off := i * SlotSize
-		x := atomic.LoadUint64(s.State(off))
-		if k := uint8(atomic.LoadUint32(s.Tag(off))); (k == KindLock || k == KindRLock) && uint32(x&MaskLow) == slot {
+	for _, off := range offs {
+		if uint32(atomic.LoadUint64(s.State(off))&MaskLow) == slot {
 			out = append(out, off)
 		}
 	}
 	return out
 }
 
-// Remove removes the daemon's file but keeps the mapping, for a daemon
-// that stops: goroutines may still touch words until the process exits, and
-// clients' mappings stay valid until they unmap.
-func (s *Segment) Remove() error {
-	if !s.owner {
-		return nil
-	}
-	if err := os.Remove(s.path); err != nil && !os.IsNotExist(err) {
-		return fmt.Errorf("statemem: remove %s: %w", s.path, err)
-	}
-	return nil
-}
-
-// Close unmaps the segment; the daemon's copy also removes the file (maps
-// in other processes stay valid until they unmap).
+// Close unmaps the segment and, in the daemon's copy, closes the
+// descriptor (mappings in other processes stay valid until they unmap).
+// A daemon that stops keeps its mapping until it exits instead: goroutines
+// may still touch words.
 func (s *Segment) Close() error {
 	var err error
-	if s.owner {
-		if e := os.Remove(s.path); e != nil && !os.IsNotExist(e) {
-			err = fmt.Errorf("statemem: remove %s: %w", s.path, e)
+	if s.owner && s.fd >= 0 {
+		if e := unix.Close(s.fd); e != nil {
+			err = fmt.Errorf("statemem: close segment: %w", e)
 		}
+		s.fd = -1
 	}
 	if s.mem != nil {
 		if e := unix.Munmap(s.mem); e != nil && err == nil {

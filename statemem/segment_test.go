@@ -6,11 +6,13 @@ import (
 	"path/filepath"
 	"sync/atomic"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func newSeg(t *testing.T, capacity int) *Segment {
 	t.Helper()
-	s, err := Create(t.TempDir(), "state", capacity)
+	s, err := Create(capacity)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -18,19 +20,27 @@ func newSeg(t *testing.T, capacity int) *Segment {
 	return s
 }
 
+// openFD maps s the way a client maps the descriptor it received.
+func openFD(t *testing.T, s *Segment) *Segment {
+	t.Helper()
+	c, err := OpenFD(s.FD(), s.Size())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 func TestCreateOpenAndChecks(t *testing.T) {
 	s := newSeg(t, 16)
-	fi, err := os.Lstat(s.Path())
-	if err != nil {
+	var st unix.Stat_t
+	if err := unix.Fstat(s.FD(), &st); err != nil {
 		t.Fatal(err)
 	}
-	if fi.Mode().Perm() != 0o600 || !fi.Mode().IsRegular() || fi.Size() != 16*SlotSize {
-		t.Fatalf("segment file %v size %d", fi.Mode(), fi.Size())
+	if st.Mode&0o777 != 0o600 || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size != 16*SlotSize || st.Uid != uint32(os.Geteuid()) {
+		t.Fatalf("segment mode %#o size %d uid %d", st.Mode, st.Size, st.Uid)
 	}
-	c, err := Open(s.Path(), s.Size())
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := openFD(t, s)
 	r, err := s.Alloc(KindLock, 0, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -42,65 +52,74 @@ func TestCreateOpenAndChecks(t *testing.T) {
 	if got := atomic.LoadUint32(c.Tag(r.Off)); got != r.Tag {
 		t.Fatalf("client tag %x, want %x", got, r.Tag)
 	}
-	if err := c.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(s.Path()); err != nil {
-		t.Fatalf("a client's Close removed the file: %v", err)
+	if c.FD() != -1 {
+		t.Fatal("a client's copy keeps a descriptor")
 	}
 
-	// Wrong size, a symlink, a file others can read, another owner, a bad header.
-	if _, err := Open(s.Path(), s.Size()+SlotSize); !errors.Is(err, ErrBadSegment) {
+	// Wrong size, a file others can read, an unsealed file, a bad header.
+	if _, err := OpenFD(s.FD(), s.Size()+SlotSize); !errors.Is(err, ErrBadSegment) {
 		t.Fatalf("wrong size: %v", err)
 	}
-	dir := t.TempDir()
-	link := filepath.Join(dir, "link")
-	if err := os.Symlink(s.Path(), link); err != nil {
+	loose, err := os.OpenFile(filepath.Join(t.TempDir(), "loose"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Open(link, s.Size()); err == nil {
-		t.Fatal("opened a segment through a symlink")
-	}
-	loose := filepath.Join(dir, "loose")
-	if err := os.WriteFile(loose, make([]byte, 16*SlotSize), 0o644); err != nil {
+	defer loose.Close()
+	if err := loose.Truncate(16 * SlotSize); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chmod(loose, 0o644); err != nil {
+	if _, err := OpenFD(int(loose.Fd()), 16*SlotSize); !errors.Is(err, ErrBadSegment) {
+		t.Fatalf("a file without seals: %v", err)
+	}
+	mfd, err := unix.MemfdCreate("t", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Open(loose, 16*SlotSize); !errors.Is(err, ErrBadSegment) {
-		t.Fatalf("group-readable file: %v", err)
-	}
-	if err := os.Chmod(loose, 0o600); err != nil {
+	defer unix.Close(mfd)
+	if err := unix.Ftruncate(mfd, 16*SlotSize); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Open(loose, 16*SlotSize); !errors.Is(err, ErrBadSegment) {
+	if _, err := unix.FcntlInt(uintptr(mfd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenFD(mfd, 16*SlotSize); !errors.Is(err, ErrBadSegment) {
+		t.Fatalf("a memfd others may map (mode 0777): %v", err)
+	}
+	if err := unix.Fchmod(mfd, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenFD(mfd, 16*SlotSize); !errors.Is(err, ErrBadSegment) {
 		t.Fatalf("zero header: %v", err)
-	}
-	if os.Geteuid() == 0 {
-		if err := os.Chown(loose, 4321, 4321); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := Open(loose, 16*SlotSize); !errors.Is(err, ErrBadSegment) {
-			t.Fatalf("another user's file: %v", err)
-		}
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(s.Path()); !os.IsNotExist(err) {
-		t.Fatalf("daemon's Close left the file: %v", err)
+}
+
+// Nobody can resize the segment: a process of the user that truncates or
+// grows its descriptor gets EPERM, and the mapping stays whole.
+func TestSegmentCannotBeResized(t *testing.T) {
+	s := newSeg(t, 16)
+	for _, n := range []int64{0, 8 * SlotSize, 32 * SlotSize} {
+		if err := unix.Ftruncate(s.FD(), n); !errors.Is(err, unix.EPERM) {
+			t.Fatalf("ftruncate to %d: %v, want EPERM", n, err)
+		}
 	}
+	if err := unix.Fallocate(s.FD(), 0, 0, 64*SlotSize); !errors.Is(err, unix.EPERM) {
+		t.Fatalf("fallocate past the end: %v, want EPERM", err)
+	}
+	if _, err := unix.FcntlInt(uintptr(s.FD()), unix.F_ADD_SEALS, unix.F_SEAL_WRITE); !errors.Is(err, unix.EPERM) {
+		t.Fatalf("adding a seal: %v, want EPERM", err)
+	}
+	r, _ := s.Alloc(KindLock, 0, 0)
+	atomic.StoreUint64(s.State(r.Off), 1) // the mapping is still there
 }
 
 func TestCreateRefusesBadCapacity(t *testing.T) {
 	for _, n := range []int{-1, 0, 1, 1<<24 + 1} {
-		if _, err := Create(t.TempDir(), "state", n); err == nil {
+		if _, err := Create(n); err == nil {
 			t.Fatalf("capacity %d accepted", n)
 		}
-	}
-	if _, err := Create(filepath.Join(t.TempDir(), "missing"), "state", 4); err == nil {
-		t.Fatal("created in a missing directory")
 	}
 }
 
@@ -159,45 +178,6 @@ func TestOwned(t *testing.T) {
 	}
 }
 
-func TestCreateReplacesOnlyItsOwnStaleFile(t *testing.T) {
-	dir := t.TempDir()
-	stale := filepath.Join(dir, "state")
-	if err := os.WriteFile(stale, []byte("left by a killed daemon"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s, err := Create(dir, "state", 4)
-	if err != nil {
-		t.Fatalf("stale file of this user: %v", err)
-	}
-	if s.Size() != 4*SlotSize {
-		t.Fatal("size")
-	}
-	s.Close()
-	if err := os.Symlink("/etc/passwd", stale); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Create(dir, "state", 4); err == nil {
-		t.Fatal("replaced a symlink")
-	}
-	os.Remove(stale)
-	if os.Geteuid() == 0 {
-		if err := os.WriteFile(stale, nil, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chown(stale, 4321, 4321); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := Create(dir, "state", 4); err == nil {
-			t.Fatal("replaced another user's file")
-		}
-	}
-	for _, bad := range []string{"", ".", "..", "a/b"} {
-		if _, err := Create(dir, bad, 4); err == nil {
-			t.Fatalf("name %q accepted", bad)
-		}
-	}
-}
-
 // A Semaphore gets a zeroed ledger run beside its slot; a freed run is reused
 // only for another Semaphore, and a retired one never.
 func TestSemaphoreLedgers(t *testing.T) {
@@ -239,5 +219,52 @@ func TestSemaphoreLedgers(t *testing.T) {
 	s.Retire(c.Off)
 	if _, err := s.AllocSemaphore(KindSemaphore, 1, 0); err != ErrFull {
 		t.Fatalf("a retired run was handed out again: %v", err)
+	}
+}
+
+// The daemon frees and reuses slots by its own records: a ledger offset or
+// tag rewritten in the segment moves nothing (issue: one 4-byte write to a
+// Semaphore's ledger offset made the next Semaphore's ledger clear a live
+// Lock, or the daemon panic).
+func TestFreeTrustsOnlyItsOwnRecords(t *testing.T) {
+	s := newSeg(t, 1+1+(1+LedgerSlots)) // a Lock and one Semaphore: reuse only
+	lock, _ := s.Alloc(KindLock, 0, 0)
+	sem, err := s.AllocSemaphore(KindSemaphore, 3, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	LockAcquire(s.State(lock.Off), s.Aux(lock.Off), 9, 1, 0)
+	held := atomic.LoadUint64(s.State(lock.Off))
+	ledger := &s.LedgerEntries(sem.Off)[0]
+	for _, bad := range []uint32{lock.Off, uint32(s.Size()) - SlotSize, uint32(s.Size()) - 4, 1 << 31} {
+		atomic.StoreUint32((*uint32)(s.at(sem.Off, OffLedger)), bad)
+		atomic.StoreUint32((*uint32)(s.at(sem.Off, OffLedgerLen)), 1<<30)
+		if e := s.LedgerEntries(sem.Off); len(e) != LedgerLen || &e[0] != ledger {
+			t.Fatalf("ledger offset %d written in the segment moved the daemon's ledger", bad)
+		}
+	}
+	atomic.StoreUint32(s.Tag(sem.Off), uint32(KindLock)) // and a tag that reads Lock
+	if got := s.Owned(0); len(got) != 0 {
+		t.Fatalf("Owned lists a slot by its rewritten tag: %v", got)
+	}
+	s.Free(sem.Off)
+	// The new Semaphore gets the freed run (the daemon's record), not the
+	// Lock's slot nor the end of the segment.
+	again, err := s.AllocSemaphore(KindSemaphore, 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := s.LedgerEntries(again.Off); &e[0] != ledger {
+		t.Fatal("the freed ledger run was not the one reused")
+	}
+	if got := atomic.LoadUint64(s.State(lock.Off)); got != held {
+		t.Fatalf("the held Lock's word reads %#x, want %#x", got, held)
+	}
+	// A tag rewritten to Semaphore on a Lock's slot frees no run either.
+	atomic.StoreUint32(s.Tag(lock.Off), uint32(KindSemaphore))
+	atomic.StoreUint32((*uint32)(s.at(lock.Off, OffLedger)), again.Off+SlotSize)
+	s.Free(lock.Off)
+	if _, err := s.AllocSemaphore(KindSemaphore, 1, 0); err != ErrFull {
+		t.Fatalf("a Lock's freed slot handed out a ledger run: %v", err)
 	}
 }
