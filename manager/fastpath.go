@@ -2,6 +2,7 @@ package manager
 
 import (
 	"sync"
+	"time"
 
 	"github.com/syncmgr/syncmgr/statemem"
 )
@@ -23,6 +24,8 @@ type fastPath struct {
 	byOff    map[uint32]Object // objects whose words are in the segment
 	refs     map[Object]statemem.Ref
 	attached map[Slot]*Session // sessions whose end hook is registered, until it ran
+	stop     chan struct{}     // closed by Manager.Close: ends the sweeper
+	stopped  chan struct{}     // closed when the sweeper has ended
 }
 
 // slotGone reports whether the session of slot has ended (or was never
@@ -39,7 +42,84 @@ func (f *fastPath) slotGone(slot Slot) bool {
 func (m *Manager) EnableFastPath(seg *statemem.Segment) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.fast = &fastPath{seg: seg, byOff: make(map[uint32]Object), refs: make(map[Object]statemem.Ref), attached: make(map[Slot]*Session)}
+	m.fast = &fastPath{seg: seg, byOff: make(map[uint32]Object), refs: make(map[Object]statemem.Ref), attached: make(map[Slot]*Session),
+		stop: make(chan struct{}), stopped: make(chan struct{})}
+	go m.sweeper(m.fast)
+}
+
+// sweepEvery is how often the daemon looks for stray words (see sweepFast)
+// when no session ends.
+const sweepEvery = time.Second
+
+func (m *Manager) sweeper(f *fastPath) {
+	t := time.NewTicker(sweepEvery)
+	defer t.Stop()
+	defer close(f.stopped)
+	for {
+		select {
+		case <-f.stop:
+			return
+		case <-t.C:
+			m.sweepFast(f)
+		}
+	}
+}
+
+// sweepFast repairs words that a stray store (any process of the user can
+// write the segment) left in a state the daemon never made, so that they
+// break nothing for good: a Lock or RLock whose owner field names no live
+// session's slot is handed on or freed as a dead owner's would be; a
+// daemon bit with no daemon waiters queued is cleared; a Semaphore latch
+// naming no live attached session is taken over (and its books redone by
+// claim). It runs after every session end and every sweepEvery.
+func (m *Manager) sweepFast(f *fastPath) {
+	f.mu.Lock()
+	objs := make([]Object, 0, len(f.byOff))
+	for _, o := range f.byOff {
+		objs = append(objs, o)
+	}
+	f.mu.Unlock()
+	live := m.slots.Live
+	for _, o := range objs {
+		switch o := o.(type) {
+		case *Lock:
+			o.mu.Lock()
+			if p := o.st.Owner(); p != 0 && o.dead == nil && !live(p) {
+				o.handOn()
+			}
+			o.waiters.clearStray()
+			o.mu.Unlock()
+		case *RLock:
+			o.mu.Lock()
+			if p, _, _ := o.st.Owner(); p != 0 && o.dead == nil && !live(p) {
+				o.handOn()
+			}
+			o.waiters.clearStray()
+			o.mu.Unlock()
+		case *Event:
+			o.mu.Lock()
+			o.waiters.clearStray()
+			o.mu.Unlock()
+		case *Semaphore:
+			o.mu.Lock()
+			if o.dead == nil {
+				if _, ok := o.tryClaim(); ok {
+					o.waiters.clearStray()
+					o.commit(0)
+				}
+			}
+			o.mu.Unlock()
+		}
+	}
+}
+
+// clearStray clears the daemon bit of q's word when q is empty: the daemon
+// did not set it (it sets it only while it has waiters queued), so a stray
+// store did. Call with the object's mutex held (a Semaphore's latch too).
+func (q *waitQueue) clearStray() {
+	if q.word != nil && q.word.Bound() && q.l.Len() == 0 && q.word.Load()&waitersBit != 0 {
+		q.word.setWaiters(false)
+	}
 }
 
 // FastSegment returns the segment, or nil when the fast path is off.
@@ -128,6 +208,7 @@ func (m *Manager) releaseSlotWords(f *fastPath, s *Session) {
 	f.mu.Lock()
 	delete(f.attached, s.Slot())
 	f.mu.Unlock()
+	m.sweepFast(f)
 }
 
 // bindFast moves a new object's words into the segment. A full segment is
@@ -145,7 +226,7 @@ func (m *Manager) bindFast(obj Object) {
 	case *Event:
 		f.bind(o, statemem.KindEvent, &o.mu, &o.st.W0, nil, nil)
 	case *Semaphore:
-		f.bindSemaphore(o)
+		m.bindSemaphore(f, o)
 	case *Value:
 		if o.numeric() {
 			f.bind(o, statemem.KindValue, &o.mu, nil, &o.cell.Bits, nil)
@@ -245,7 +326,7 @@ func (f *fastPath) unbind(obj Object, mu *sync.Mutex, state, aux, since *Word) {
 
 // bindSemaphore moves a Semaphore's word into the segment and gives it a
 // ledger there.
-func (f *fastPath) bindSemaphore(o *Semaphore) {
+func (m *Manager) bindSemaphore(f *fastPath, o *Semaphore) {
 	kind, bound := statemem.KindSemaphore, uint64(0)
 	if o.bounded {
 		kind, bound = statemem.KindBoundedSemaphore, uint64(o.initial)
@@ -258,6 +339,7 @@ func (f *fastPath) bindSemaphore(o *Semaphore) {
 	o.st.W0.Bind(f.seg.State(ref.Off))
 	o.st.Ledger = f.seg.LedgerEntries(ref.Off)
 	o.gone = f.slotGone
+	o.pin = m.slots.Pin
 	o.mu.Unlock()
 	f.remember(o, ref)
 }
@@ -279,6 +361,7 @@ func (f *fastPath) unbindSemaphore(o *Semaphore) {
 	o.st.W0.update(func(x uint64) uint64 { return x &^ (latchMask | waitersBit | sleepersBit) })
 	o.st.Ledger = nil
 	o.gone = nil
+	o.pin = nil
 	o.mu.Unlock()
 	if inFlight {
 		f.seg.Retire(ref.Off)

@@ -14,7 +14,7 @@ import (
 // daemon runs it with the fast path on.
 func fastManager(t *testing.T) (*Manager, *statemem.Segment) {
 	t.Helper()
-	seg, err := statemem.Create(t.TempDir(), "state", 64)
+	seg, err := statemem.Create(64)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +248,7 @@ func TestSnapshotHoldsFromTheWords(t *testing.T) {
 	var mu sync.Mutex
 	cfg := DefaultConfig()
 	cfg.OnHoldEnd = func(h HoldEnd) { mu.Lock(); ends = append(ends, h); mu.Unlock() }
-	seg, err := statemem.Create(t.TempDir(), "state", 64)
+	seg, err := statemem.Create(64)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -666,6 +666,11 @@ func (m *Manager) Share(name string) error {
 // does every later blocking call and creation.
 func (m *Manager) Close() {
 	m.mu.Lock()
+	var sweeper chan struct{}
+	if m.fast != nil && !m.closed {
+		close(m.fast.stop)
+		sweeper = m.fast.stopped
+	}
 	m.closed = true
 	objs := make([]Object, 0, len(m.objects))
 	for _, e := range m.objects {
@@ -677,6 +682,9 @@ func (m *Manager) Close() {
 	m.mu.Unlock()
 	for _, o := range objs {
 		o.fail(ErrShutdown)
+	}
+	if sweeper != nil {
+		<-sweeper // it touches the segment, which the caller may unmap next
 	}
 }
 

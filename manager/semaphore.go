@@ -28,7 +28,10 @@ type Semaphore struct {
 	bounded bool
 	held    map[Slot]semHold // units the daemon granted, per slot
 	waiters waitQueue
-	gone    func(Slot) bool // whether the session of a slot has ended (fast path)
+	gone    func(Slot) bool           // whether the session of a slot has ended (fast path)
+	pin     func(Slot) (func(), bool) // keeps a slot from reuse (fast path; see deferLatched)
+	later   []func() int64            // give-backs waiting for a live holder's latch (see deferLatched)
+	settler bool                      // a goroutine is waiting to run later
 }
 
 // semHold counts one slot's units; sess is for hold accounting only.
@@ -59,19 +62,24 @@ func (m *Semaphore) Kind() Kind {
 func (m *Semaphore) State() *SemState { return &m.st }
 
 // claim takes the latch (called with m.mu held), waiting out a live
-// session's op and taking over that of a session that ended mid-op, whose
-// ledger entry it then recounts. It returns the free units; every claim
-// ends with commit. While it waits it lets go of m.mu: ending the dead
-// session, or deleting the object, must not wait for it (the session's end
-// takes the manager's lock, which a Delete holds while it takes m.mu).
-func (m *Semaphore) claim() int64 {
+// session's op and taking over at once a latch that names no live attached
+// session (one that ended mid-op, whose ledger entry it then recounts, or a
+// stray store). It returns the free units and true; every such claim ends
+// with commit. With a non-zero deadline it gives up when the deadline
+// passes or ctx ends (a stopped holder), returning false with the latch not
+// taken. While it waits it lets go of m.mu: ending the dead session, or
+// deleting the object, must not wait for it (the session's end takes the
+// manager's lock, which a Delete holds while it takes m.mu).
+func (m *Semaphore) claim(ctx context.Context, deadline time.Time) (int64, bool) {
 	for spins := 0; ; spins++ {
-		x, ok := m.st.Claim(m.gone)
-		if ok {
-			if p := Slot(x >> latchShift & slotMask); p != 0 {
-				m.recount(p)
-			}
-			return m.st.Free()
+		if free, ok := m.tryClaim(); ok {
+			return free, true
+		}
+		if !deadline.IsZero() && !time.Now().Before(deadline) {
+			return 0, false
+		}
+		if ctx != nil && ctx.Err() != nil {
+			return 0, false
 		}
 		if spins < 100 {
 			runtime.Gosched()
@@ -83,6 +91,92 @@ func (m *Semaphore) claim() int64 {
 	}
 }
 
+// tryClaim takes the latch if it can now (see claim), runs the give-backs
+// that waited for it, and returns the free units.
+func (m *Semaphore) tryClaim() (int64, bool) {
+	x, ok := m.st.Claim(m.gone)
+	if !ok {
+		return 0, false
+	}
+	if p := Slot(x >> latchShift & slotMask); p != 0 && p != daemonLatch {
+		m.recount(p)
+	}
+	m.runLater()
+	return m.st.Free(), true
+}
+
+// claimNow is claim without a deadline, for the daemon's own ops that must
+// happen (a release).
+func (m *Semaphore) claimNow() int64 {
+	free, _ := m.claim(nil, time.Time{})
+	return free
+}
+
+// latchGrace bounds the wait of a non-blocking acquire for a latch a live
+// session holds: that holder lets go within microseconds unless stopped.
+const latchGrace = 2 * time.Millisecond
+
+// deferLatched runs give (which returns units to add to the free ones)
+// under the latch: now when the latch can be had at once, else as soon as
+// the live session holding it lets go, from a goroutine of its own, so that
+// a session's end never waits for another session's op on this semaphore.
+// slot stays pinned (not reused) until give has run, since give reads and
+// writes slot's ledger entry and daemon grants. Call with m.mu held.
+func (m *Semaphore) deferLatched(slot Slot, give func() int64) {
+	if _, ok := m.tryClaim(); ok {
+		m.commit(give())
+		return
+	}
+	unpin := func() {}
+	if m.pin != nil {
+		if u, ok := m.pin(slot); ok {
+			unpin = u
+		}
+	}
+	m.later = append(m.later, func() int64 {
+		defer unpin()
+		return give()
+	})
+	if !m.settler {
+		m.settler = true
+		go m.settle()
+	}
+}
+
+// runLater runs the deferred give-backs; the caller holds the latch.
+func (m *Semaphore) runLater() {
+	if len(m.later) == 0 {
+		return
+	}
+	later := m.later
+	m.later = nil
+	var add int64
+	for _, f := range later {
+		add += f()
+	}
+	m.st.addFree(add)
+}
+
+// settle waits for the latch and runs the deferred give-backs, or drops
+// them (unpinning their slots) when the semaphore is removed: its units
+// are forgotten with it.
+func (m *Semaphore) settle() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for len(m.later) > 0 && m.dead == nil {
+		if _, ok := m.claim(nil, time.Now().Add(100*time.Millisecond)); ok {
+			m.commit(0) // tryClaim ran them
+		}
+	}
+	if m.dead != nil {
+		for _, f := range m.later {
+			f() // on Go memory now; unpins the slot
+		}
+		m.later = nil
+	}
+	m.settler = false
+}
+
 // commit adds delta to the free units and lets the latch go.
 func (m *Semaphore) commit(delta int64) { m.st.Commit(delta) }
 
@@ -90,16 +184,30 @@ func (m *Semaphore) commit(delta int64) { m.st.Commit(delta) }
 // latch, to what the total leaves for it: whichever step of its op it died
 // at, the other entries, the daemon's grants and the free units are exact.
 func (m *Semaphore) recount(slot Slot) {
+	m.st.setTaken(slot, m.room(slot))
+}
+
+// room is what the total leaves for slot's ledger entry once the free
+// units, the daemon's grants and every other entry are counted: the most
+// units slot can hold by CAS. Call it holding the latch.
+func (m *Semaphore) room(slot Slot) int64 {
 	n := m.total - m.st.Free()
 	for sl := range m.st.Ledger {
 		if Slot(sl) != slot {
-			n -= m.st.Taken(Slot(sl))
+			n -= m.taken(Slot(sl))
 		}
 	}
 	for _, h := range m.held {
 		n -= h.n
 	}
-	m.st.setTaken(slot, max(n, 0))
+	return max(n, 0)
+}
+
+// taken is slot's ledger entry as read from the segment, clamped to the
+// total: a word any process of the user can write is never trusted beyond
+// what the semaphore has.
+func (m *Semaphore) taken(slot Slot) int64 {
+	return min(m.st.Taken(slot), m.total)
 }
 
 // AcquireGrant takes one unit for s. Undoing the grant gives the unit back.
@@ -109,11 +217,30 @@ func (m *Semaphore) AcquireGrant(ctx context.Context, s *Session, tid int64, blo
 		m.mu.Unlock()
 		return Grant{}, m.dead
 	}
-	free := m.claim()
+	// The latch wait honours the request: a non-blocking acquire waits
+	// latchGrace at most, a timed one until its deadline.
+	deadline := time.Now().Add(latchGrace)
+	if block && timeout != 0 {
+		deadline = time.Time{}
+		if timeout > 0 {
+			deadline = time.Now().Add(timeout)
+		}
+	}
+	free, ok := m.claim(ctx, deadline)
+	if !ok {
+		m.mu.Unlock()
+		if err := ctx.Err(); err != nil {
+			return Grant{}, err
+		}
+		return Grant{}, nil // timed out behind a live holder's latch
+	}
 	if m.dead != nil { // removed while claim waited
 		m.commit(0)
 		m.mu.Unlock()
 		return Grant{}, m.dead
+	}
+	if block && timeout > 0 {
+		timeout = max(time.Until(deadline), time.Nanosecond) // what the latch wait left
 	}
 	if free > 0 && m.waiters.len() == 0 {
 		m.credit(s)
@@ -161,7 +288,7 @@ func (m *Semaphore) debit(slot Slot) {
 	if m.debitHeld(slot) {
 		return
 	}
-	if n := m.st.Taken(slot); n > 0 {
+	if n := m.taken(slot); n > 0 {
 		m.st.setTaken(slot, n-1)
 		return
 	}
@@ -171,7 +298,7 @@ func (m *Semaphore) debit(slot Slot) {
 		}
 	}
 	for sl := range m.st.Ledger {
-		if n := m.st.Taken(Slot(sl)); n > 0 {
+		if n := m.taken(Slot(sl)); n > 0 {
 			m.st.setTaken(Slot(sl), n-1)
 			return
 		}
@@ -199,13 +326,21 @@ func (m *Semaphore) holders() bool { return m.total > m.st.Free() }
 
 // giveUnit hands one unit to the first waiter (returning 0) or returns 1,
 // the unit to add to the free ones at commit.
-func (m *Semaphore) giveUnit() int64 {
-	if w := m.waiters.front(); w != nil {
+func (m *Semaphore) giveUnit() int64 { return m.giveUnits(1) }
+
+// giveUnits hands n units to the first waiters, one each, and returns the
+// rest, to add to the free ones at commit: work in the number of waiters,
+// never in n (which may come from a ledger entry).
+func (m *Semaphore) giveUnits(n int64) int64 {
+	for ; n > 0; n-- {
+		w := m.waiters.front()
+		if w == nil {
+			break
+		}
 		m.credit(w.sess)
 		m.waiters.grant(w)
-		return 0
 	}
-	return 1
+	return n
 }
 
 // Release returns one unit. Any session may release (as threading); a
@@ -213,7 +348,7 @@ func (m *Semaphore) giveUnit() int64 {
 func (m *Semaphore) Release(s *Session, tid int64) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	free := m.claim()
+	free := m.claimNow()
 	if m.dead != nil {
 		m.commit(0)
 		return m.dead
@@ -236,10 +371,15 @@ func (m *Semaphore) Release(s *Session, tid int64) error {
 func (m *Semaphore) undo(g *Grant) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.held[g.sess.Slot()].n > 0 {
-		m.claim()
-		m.debitHeld(g.sess.Slot())
-		m.commit(m.giveUnit())
+	slot := g.sess.Slot()
+	if m.held[slot].n > 0 {
+		m.deferLatched(slot, func() int64 {
+			if m.held[slot].n == 0 {
+				return 0
+			}
+			m.debitHeld(slot)
+			return m.giveUnit()
+		})
 	}
 }
 
@@ -248,21 +388,21 @@ func (m *Semaphore) Value() int64 { return m.st.Free() }
 
 // releaseSession gives back every unit s holds: the daemon's grants and
 // the units its slot took by CAS (its ledger entry, recounted by claim
-// when s died holding the latch).
+// when s died holding the latch). The entry is read clamped to what the
+// total leaves for it and given back in one sum. When a live session's op
+// holds the latch, this is done once that op ends (deferLatched): the end
+// of s never waits for another session.
 func (m *Semaphore) releaseSession(s *Session) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.claim()
-	n := m.st.Taken(s.Slot())
-	m.st.setTaken(s.Slot(), 0)
-	var add int64
-	for ; n > 0; n-- {
-		add += m.giveUnit()
-	}
-	for m.debitHeld(s.Slot()) {
-		add += m.giveUnit()
-	}
-	m.commit(add)
+	m.deferLatched(s.Slot(), func() int64 {
+		n := min(m.taken(s.Slot()), m.room(s.Slot()))
+		m.st.setTaken(s.Slot(), 0)
+		for m.debitHeld(s.Slot()) {
+			n++
+		}
+		return m.giveUnits(n)
+	})
 }
 
 func (m *Semaphore) heldBy(n map[Slot]int) {
@@ -272,7 +412,7 @@ func (m *Semaphore) heldBy(n map[Slot]int) {
 		n[sl] += int(h.n)
 	}
 	for sl := range m.st.Ledger {
-		if k := m.st.Taken(Slot(sl)); k > 0 {
+		if k := m.taken(Slot(sl)); k > 0 {
 			n[Slot(sl)] += int(k)
 		}
 	}

@@ -103,8 +103,8 @@ func TestFastSemaphoreDeadLatch(t *testing.T) {
 			if step == "ledger written" {
 				atomic.StoreUint32(eb, 2)
 			}
-			got := async(func() (bool, error) { return sem.Acquire(ctx, a, 1, false, 0) })
-			pending(t, got, 20*time.Millisecond) // a live latch is waited out
+			got := async(func() (bool, error) { return sem.Acquire(ctx, a, 1, true, time.Minute) })
+			pending(t, got, 20*time.Millisecond) // a live latch is waited out, up to the deadline
 			m.CloseSession(b)
 			if r := recv(t, got); !r.v || r.err != nil {
 				t.Fatalf("daemon acquire after the takeover: %v %v", r.v, r.err)
@@ -236,7 +236,7 @@ func TestFastSemaphoreDeleteWithADeadLatch(t *testing.T) {
 	w, _ := semWords(t, m, seg, sem, b)
 	x := atomic.LoadUint64(w)
 	atomic.StoreUint64(w, x|uint64(b.Slot())<<statemem.LatchShift) // b dies mid-op
-	waiting := async(func() (bool, error) { return sem.Acquire(ctx, a, 1, false, 0) })
+	waiting := async(func() (bool, error) { return sem.Acquire(ctx, a, 1, true, time.Minute) })
 	pending(t, waiting, 20*time.Millisecond)
 	deleted := async(func() (bool, error) { return m.Delete("fs"), nil })
 	if r := recv(t, deleted); !r.v {

@@ -78,6 +78,15 @@ func (a *Slots) unpin(s Slot) {
 	}
 }
 
+// Live reports whether s belongs to a session that has not ended, or has
+// ended and is still pinned (its words are being released): a word naming
+// any other slot was not written by a session of this daemon.
+func (a *Slots) Live(s Slot) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.pins[s] > 0
+}
+
 // InUse returns the number of slots that cannot be handed out now.
 func (a *Slots) InUse() int {
 	a.mu.Lock()

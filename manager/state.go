@@ -265,7 +265,8 @@ func (s *SemState) entry(slot Slot) *uint32 {
 	return &s.Ledger[slot]
 }
 
-// Taken returns the units slot took by compare-and-swap.
+// Taken returns the units slot took by compare-and-swap, as its entry in
+// the segment reads (see Semaphore.taken, which clamps it).
 func (s *SemState) Taken(slot Slot) int64 {
 	if e := s.entry(slot); e != nil {
 		return int64(atomic.LoadUint32(e))
@@ -280,25 +281,42 @@ func (s *SemState) setTaken(slot Slot, n int64) {
 	}
 }
 
-// Claim takes the latch for the daemon when it is free, or over from the
-// session in slot when gone says that session ended (it died between the
-// steps of an op); it reports the word as it was and whether it did.
+// Claim takes the latch for the daemon when it is free, or over from a
+// holder that is no live attached session: one gone says ended (it died
+// between the steps of an op, or was never attached), or the daemon's own
+// latch value, which only a stray store can leave behind when the caller
+// holds the object's mutex (the daemon holds the latch only under it). It
+// reports the word as it was and whether it took the latch.
 func (s *SemState) Claim(gone func(Slot) bool) (old uint64, ok bool) {
 	x := s.W0.Load()
 	p := Slot(x >> latchShift & slotMask)
-	if p != 0 && (p == daemonLatch || gone == nil || !gone(p)) {
+	if p != 0 && p != daemonLatch && (gone == nil || !gone(p)) {
 		return x, false
 	}
 	return x, s.W0.CompareAndSwap(x, x&^latchMask|uint64(daemonLatch)<<latchShift)
 }
 
 // Commit adds delta to the free units and lets the latch go, waking the
-// futex sleepers.
+// futex sleepers. The units stay within 0 and MaxSemaphore: they never
+// spill into the flag or latch bits.
 func (s *SemState) Commit(delta int64) {
 	s.W0.wakeIf(s.W0.update(func(x uint64) uint64 {
-		return x&^(latchMask|sleepersBit|slotMask) | uint64(int64(x&slotMask)+delta)
+		return x&^(latchMask|sleepersBit|slotMask) | clampUnits(int64(x&slotMask)+delta)
 	}))
 }
+
+// addFree adds delta to the free units, keeping the latch; the caller
+// holds it.
+func (s *SemState) addFree(delta int64) {
+	if delta == 0 {
+		return
+	}
+	s.W0.update(func(x uint64) uint64 {
+		return x&^slotMask | clampUnits(int64(x&slotMask)+delta)
+	})
+}
+
+func clampUnits(n int64) uint64 { return uint64(min(max(n, 0), int64(slotMask))) }
 
 // EventState is an Event's state: its flag and a generation.
 type EventState struct {

@@ -156,10 +156,14 @@ func Dial(ctx context.Context, address string, key []byte, opts ...Option) (*Cli
 	}
 	_ = nc.SetDeadline(time.Time{})
 	c := &Client{nc: nc, info: info, pending: make(map[uint64]chan outcome), done: make(chan struct{})}
-	go c.readLoop()
 	if o.fast {
-		c.attachFast(ctx, network)
+		// Before the reader starts: the reply carries a descriptor.
+		if err := c.attachFast(ctx, network); err != nil {
+			nc.Close()
+			return nil, fmt.Errorf("fast path attach with %s: %w", address, err)
+		}
 	}
+	go c.readLoop()
 	return c, nil
 }
 

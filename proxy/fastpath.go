@@ -3,6 +3,8 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"runtime"
 	"strings"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/syncmgr/syncmgr/statemem"
 	"github.com/syncmgr/syncmgr/wire"
+	"golang.org/x/sys/unix"
 )
 
 // The same-host fast path (docs/protocol.md section 11): with WithFastPath,
@@ -39,6 +42,7 @@ func WithFastPath() Option { return func(o *options) { o.fast = true } }
 type fastPath struct {
 	seg  *statemem.Segment
 	slot uint32
+	run  string // the daemon run whose segment this is
 }
 
 // fastWord is a handle's words.
@@ -71,44 +75,126 @@ func localBootID() string {
 	return strings.TrimSpace(string(b))
 }
 
-// attachFast maps the daemon's segment, or records why not.
-func (c *Client) attachFast(ctx context.Context, network string) {
+// attachFast maps the daemon's segment, or records why not. It runs
+// before the reply reader starts: the reply to fastpath_attach carries the
+// segment's descriptor (SCM_RIGHTS), which only a recvmsg of the reply's
+// first bytes receives. Only a failure to exchange the request and reply
+// is an error (the connection's stream is then unusable); anything else
+// leaves the client on the socket path, with the reason in fastWhy.
+func (c *Client) attachFast(ctx context.Context, network string) error {
 	if os.Getenv("SYNCMGR_FASTPATH") == "0" {
 		c.fastWhy = "SYNCMGR_FASTPATH=0"
-		return
+		return nil
 	}
-	if network != "unix" {
+	uc, ok := c.nc.(*net.UnixConn)
+	if network != "unix" || !ok {
 		c.fastWhy = "not a Unix socket"
-		return
+		return nil
 	}
-	res, err := c.Call(ctx, wire.OpFastpathAttach, map[string]any{}, nil)
+	res, fds, err := c.attachRequest(ctx, uc)
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
 	if err != nil {
+		if _, refused := err.(*wire.Error); !refused {
+			return err
+		}
 		c.fastWhy = err.Error()
-		return
+		return nil
 	}
 	m, _ := res.(map[string]any)
-	path, _ := m["path"].(string)
 	size, ok1 := toInt(m["size"])
 	slot, ok2 := toInt(m["slot"])
 	boot, _ := m["boot_id"].(string)
-	if path == "" || !ok1 || !ok2 || slot <= 0 || uint32(slot) > statemem.MaxSlot {
+	run, _ := m["run"].(string)
+	if !ok1 || !ok2 || slot <= 0 || uint32(slot) > statemem.MaxSlot || run == "" || run != c.info.RunID {
 		c.fastWhy = fmt.Sprintf("unexpected fastpath_attach reply %v", res)
-		return
+		return nil
+	}
+	if len(fds) != 1 {
+		c.fastWhy = fmt.Sprintf("fastpath_attach passed %d descriptors, want 1", len(fds))
+		return nil
 	}
 	if boot == "" || boot != localBootID() {
 		c.fastWhy = "the daemon is on another host (boot id differs)"
-		return
+		return nil
 	}
-	seg, err := statemem.Open(path, int64(size))
+	seg, err := statemem.OpenFD(fds[0], int64(size))
 	if err != nil {
 		c.fastWhy = err.Error()
-		return
+		return nil
 	}
-	fp := &fastPath{seg: seg, slot: uint32(slot)}
+	fp := &fastPath{seg: seg, slot: uint32(slot), run: run}
 	// Unmapped only once no handle can reach it (a handle in a futex wait
 	// keeps fp reachable).
 	runtime.AddCleanup(fp, func(s *statemem.Segment) { s.Close() }, seg)
 	c.fast = fp
+	return nil
+}
+
+// attachRequest sends fastpath_attach and reads its reply with the
+// descriptors that came with it (the caller closes them).
+func (c *Client) attachRequest(ctx context.Context, uc *net.UnixConn) (any, []int, error) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		dl = time.Now().Add(10 * time.Second)
+	}
+	_ = uc.SetDeadline(dl)
+	defer uc.SetDeadline(time.Time{})
+	c.mu.Lock()
+	c.nextID++
+	id := c.nextID
+	c.mu.Unlock()
+	frame, err := wire.EncodeRequest(id, wire.OpFastpathAttach, map[string]any{})
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := uc.Write(frame); err != nil {
+		return nil, nil, err
+	}
+	r := &rightsReader{uc: uc}
+	body, err := wire.ReadFrame(r, c.info.MaxFrame+1024)
+	if err != nil {
+		return nil, r.fds, err
+	}
+	rep, err := wire.DecodeReply(body)
+	if err != nil {
+		return nil, r.fds, err
+	}
+	if rep.ID != id {
+		return nil, r.fds, fmt.Errorf("fastpath_attach: reply to request %d, want %d", rep.ID, id)
+	}
+	if rep.Err != nil {
+		return nil, r.fds, rep.Err
+	}
+	return rep.Result, r.fds, nil
+}
+
+// rightsReader reads a Unix socket with recvmsg, keeping every descriptor
+// passed with the bytes it reads.
+type rightsReader struct {
+	uc  *net.UnixConn
+	fds []int
+}
+
+func (r *rightsReader) Read(p []byte) (int, error) {
+	oob := make([]byte, unix.CmsgSpace(4*4))
+	n, oobn, _, _, err := r.uc.ReadMsgUnix(p, oob)
+	if oobn > 0 {
+		if msgs, perr := unix.ParseSocketControlMessage(oob[:oobn]); perr == nil {
+			for _, m := range msgs {
+				if fds, ferr := unix.ParseUnixRights(&m); ferr == nil {
+					r.fds = append(r.fds, fds...)
+				}
+			}
+		}
+	}
+	if n == 0 && err == nil {
+		err = io.EOF
+	}
+	return n, err
 }
 
 // fastRef looks up h's words; nil means the socket path.
@@ -127,6 +213,9 @@ func (c *Client) fastRef(ctx context.Context, h Handle) *fastWord {
 		return nil
 	}
 	m, _ := res.(map[string]any)
+	if run, _ := m["run"].(string); run != fp.run {
+		return nil // another run's offsets: not into this segment
+	}
 	off, ok1 := toInt(m["off"])
 	tag, ok2 := toInt(m["tag"])
 	if !ok1 || !ok2 || off <= 0 || !fp.seg.Valid(uint32(off)) {

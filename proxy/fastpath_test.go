@@ -19,7 +19,7 @@ func serveFast(t *testing.T) string {
 
 func serveFastSeg(t *testing.T) (string, *statemem.Segment) {
 	t.Helper()
-	seg, err := statemem.Create(t.TempDir(), "state", 256)
+	seg, err := statemem.Create(256)
 	if err != nil {
 		t.Fatal(err)
 	}

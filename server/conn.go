@@ -388,6 +388,12 @@ func (c *conn) reply(id uint64, res any, err error) error {
 const largeReply = 32 << 10
 
 func (c *conn) writeReply(id uint64, we *wire.Error, res any) error {
+	if fr, ok := res.(fdReply); ok {
+		if we != nil {
+			return c.writeReply(id, we, nil)
+		}
+		return c.writeFDReply(id, fr)
+	}
 	var bufs net.Buffers
 	if b, ok := res.([]byte); ok && we == nil && len(b) >= largeReply {
 		if head, err := wire.EncodeBinReplyHead(id, len(b)); err == nil {
@@ -406,6 +412,33 @@ func (c *conn) writeReply(id uint64, we *wire.Error, res any) error {
 	defer c.wmu.Unlock()
 	_ = c.nc.SetWriteDeadline(time.Now().Add(c.srv.cfg.WriteTimeout))
 	if _, err := bufs.WriteTo(c.nc); err != nil {
+		c.close()
+		return err
+	}
+	return nil
+}
+
+// writeFDReply writes one reply frame with fr.fd attached (SCM_RIGHTS):
+// the kernel delivers the descriptor with the frame's first bytes, to a
+// client reading them with recvmsg. Only on a Unix socket.
+func (c *conn) writeFDReply(id uint64, fr fdReply) error {
+	uc, ok := c.nc.(*net.UnixConn)
+	if !ok {
+		return c.writeReply(id, &wire.Error{Code: wire.CodeUnknownOp, Message: "descriptors pass only over a Unix socket"}, nil)
+	}
+	frame, err := wire.EncodeReply(id, nil, fr.res)
+	if err != nil {
+		c.log.Error().Err(err).Msg("encode reply")
+		return c.writeReply(id, &wire.Error{Code: wire.CodeInternal, Message: "cannot encode reply"}, nil)
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	_ = c.nc.SetWriteDeadline(time.Now().Add(c.srv.cfg.WriteTimeout))
+	n, _, err := uc.WriteMsgUnix(frame, unix.UnixRights(fr.fd), nil)
+	if err == nil && n < len(frame) {
+		_, err = c.nc.Write(frame[n:]) // the descriptor went with the first bytes
+	}
+	if err != nil {
 		c.close()
 		return err
 	}

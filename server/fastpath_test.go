@@ -40,7 +40,7 @@ func asInt(t *testing.T, v any) int64 {
 // dies: the daemon releases the word and hands the lock to a socket client
 // waiting for it. TCP clients are refused.
 func TestFastpathAttachRefAndSessionEnd(t *testing.T) {
-	seg, err := statemem.Create(t.TempDir(), "state", 64)
+	seg, err := statemem.Create(64)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,11 +55,13 @@ func TestFastpathAttachRefAndSessionEnd(t *testing.T) {
 		t.Fatalf("attach: %v", rep.Err)
 	}
 	info := rep.Result.(map[string]any)
-	if info["path"] != seg.Path() || asInt(t, info["size"]) != seg.Size() || info["boot_id"] == "" {
+	if _, named := info["path"]; named || asInt(t, info["size"]) != seg.Size() || info["boot_id"] == "" || info["run"] == "" {
 		t.Fatalf("attach reply %v", info)
 	}
 	slot := uint32(asInt(t, info["slot"]))
-	client, err := statemem.Open(seg.Path(), seg.Size())
+	// (The descriptor came with the reply; this reader drops it. The Go and
+	// Python clients' tests receive it.)
+	client, err := statemem.OpenFD(seg.FD(), seg.Size())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,8 +7,11 @@ import (
 
 // fastpathOps: the same-host fast path (package statemem; docs/protocol.md,
 // "Same-host fast path"). A client on a Unix socket asks for the segment
-// with fastpath_attach, then for each object's word offset with
-// fastpath_ref; any refusal means "use the socket path", which always works.
+// with fastpath_attach, whose reply carries the segment's descriptor
+// (SCM_RIGHTS), then for each object's word offset with fastpath_ref; both
+// replies name the daemon's run, so that a client never applies one run's
+// offsets to another's segment. Any refusal means "use the socket path",
+// which always works.
 func fastpathOps(t *opTable) {
 	const f = "fastpath"
 	t.serverOp(f, wire.OpFastpathAttach, func(c *conn, _ uint64, a wire.Args) (any, error) {
@@ -16,8 +19,12 @@ func fastpathOps(t *opTable) {
 			return nil, err
 		}
 		seg := c.srv.mgr.FastSegment()
-		return map[string]any{"path": seg.Path(), "size": seg.Size(), "slot": int64(c.sess.Slot()),
-			"boot_id": c.srv.bootID}, nil
+		// The segment travels as a descriptor with this very reply, on the
+		// connection that asked (fastpathAllowed checked it is a Unix
+		// socket): a client maps the segment of the daemon that answers it,
+		// never one found by name.
+		return fdReply{fd: seg.FD(), res: map[string]any{"size": seg.Size(), "slot": int64(c.sess.Slot()),
+			"boot_id": c.srv.bootID, "run": c.srv.runID}}, nil
 	})
 	t.serverOp(f, wire.OpFastpathRef, func(c *conn, _ uint64, a wire.Args) (any, error) {
 		if err := c.fastpathAllowed(); err != nil {
@@ -39,7 +46,7 @@ func fastpathOps(t *opTable) {
 		if !ok {
 			return nil, wire.Errorf(wire.CodeUnknownOp, "%s %q is not on the fast path", kind, name)
 		}
-		return map[string]any{"off": int64(ref.Off), "tag": int64(ref.Tag)}, nil
+		return map[string]any{"off": int64(ref.Off), "tag": int64(ref.Tag), "run": c.srv.runID}, nil
 	})
 }
 
@@ -58,4 +65,11 @@ func (c *conn) fastpathAllowed() error {
 		return wire.Errorf(wire.CodeUnknownOp, "the fast path is not available to this session")
 	}
 	return nil
+}
+
+// fdReply is a result to be written together with a descriptor, passed as
+// SCM_RIGHTS ancillary data on the reply frame's first byte.
+type fdReply struct {
+	fd  int
+	res any
 }

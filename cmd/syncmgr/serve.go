@@ -59,7 +59,7 @@ func runServe(ctx context.Context, args []string) error {
 		parentPID     = fs.Int("exit-with-parent", 0, "shut down when the process with this pid is no longer our parent")
 		shutdownGrace = fs.Duration("shutdown-timeout", 10*time.Second, "how long a graceful shutdown may take")
 		shmDir        = fs.String("shm-dir", "/dev/shm", "directory (tmpfs) for shared-memory segments; \"none\" disables the registry")
-		fastDir       = fs.String("fastpath-dir", "/dev/shm", "directory (tmpfs) for the fast path's state segment; \"none\" keeps every client on the socket")
+		fastDir       = fs.String("fastpath-dir", "", "\"none\" keeps every client on the socket; any other value is ignored (the fast path's state segment is an anonymous memory file)")
 		fastObjects   = fs.Int("fastpath-objects", 16384, "objects whose state the fast path's segment holds (64 bytes each); others stay on the socket path")
 		shmLimit      = fs.String("shm-limit", "50%", "cap on all segments together: bytes (with K, M, G suffix) or a percentage of --shm-dir's size")
 	)
@@ -196,22 +196,14 @@ func runServe(ctx context.Context, args []string) error {
 	mgr := manager.New(mcfg)
 	if *fastDir != "none" {
 		// The same-host fast path (package statemem). Without it every
-		// client uses the socket, which is correct, only slower. Named by
-		// the address (taken above, so no live daemon owns it), so a daemon
-		// restarted there replaces the file a killed one left; not
-		// "syncmgr-<hash>-...", the shared-memory registry's segment files.
-		id := *socket
-		if id == "" || id == "none" {
-			id = "tcp:" + *tcpAddr
-		}
-		sum := sha256.Sum256([]byte(id))
-		name := "syncmgr.state-" + hex.EncodeToString(sum[:5])
-		seg, err := statemem.Create(*fastDir, name, *fastObjects+1)
+		// client uses the socket, which is correct, only slower. The
+		// segment is an anonymous sealed memfd handed to clients over the
+		// socket: no file to name, plant, or leave behind.
+		seg, err := statemem.Create(*fastObjects + 1)
 		if err != nil {
 			log.Warn().Err(err).Msg("fast path disabled")
 		} else {
-			defer seg.Remove() // the mapping stays until exit: no goroutine can touch unmapped words
-			mgr.EnableFastPath(seg)
+			mgr.EnableFastPath(seg) // mapped until exit: no goroutine can touch unmapped words
 		}
 	}
 	mtr.SetSource(stateSource(mgr, shm))
