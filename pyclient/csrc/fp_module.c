@@ -1,6 +1,8 @@
 /* syncmgr._fastpath: the Segment and LockHandle types and the module's init. */
 #include "fastpath.h"
 
+#include <fcntl.h>
+
 /* --- raw access, for status and tests ------------------------------------ */
 
 /* state(off) -> the raw state word */
@@ -71,6 +73,13 @@ static int seg_init(Segment *s, PyObject *args, PyObject *kw) {
     if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077) != 0 || st.st_size != size) {
         PyErr_SetString(PyExc_PermissionError,
                         "not a usable segment (type, owner, mode or size)");
+        return -1;
+    }
+    /* The daemon's memfd is sealed against resizing: nobody can truncate it
+     * under our mapping (a SIGBUS). An fd without those seals is refused. */
+    int seals = fcntl(fd, F_GET_SEALS);
+    if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW)) {
+        PyErr_SetString(PyExc_PermissionError, "not a usable segment (not sealed against resizing)");
         return -1;
     }
     void *p = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);

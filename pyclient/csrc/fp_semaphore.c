@@ -21,14 +21,28 @@ static uint32_t *ledger_entry(Segment *s, uint64_t *w, uint64_t slot) {
 
 static uint64_t latched(uint64_t x) { return (x >> LATCH_SHIFT) & MASK_LOW; }
 
+/* How long an op waits for a latch another process holds before it sends
+ * the op to the daemon (statemem.LatchGrace): a live holder lets go within
+ * microseconds; a stopped one, or a latch no live session holds, is the
+ * daemon's to judge, which honours the op's deadline. */
+#define LATCH_GRACE 0.002
+
 /* Waits for the latch seen in x to be let go: a few reads, then a futex
- * sleep of at most a millisecond. Results as sleep_on's, 0 meaning again. */
-static int latch_wait(Segment *s, uint64_t *w, uint64_t x) {
+ * sleep of at most a millisecond. *since is when this op first slept on a
+ * latch (0: not yet). Returns 1 to look again, 2 once the op has waited
+ * LATCH_GRACE (or the segment was detached): send it to the daemon; -1 with
+ * a Python exception set. */
+static int latch_wait(Segment *s, uint64_t *w, uint64_t x, double *since) {
     for (int i = 0; i < LATCH_SPIN; i++) {
         if (LOAD(w) != x)
             return 1;
     }
-    Wait wt = {1, 0, now_monotonic() + 0.001};
+    double now = now_monotonic();
+    if (*since == 0)
+        *since = now;
+    else if (now - *since >= LATCH_GRACE)
+        return 2;
+    Wait wt = {1, 0, now + 0.001};
     int r = sleep_on(s, w, x, &wt);
     return r == 0 ? 1 : r;
 }
@@ -57,13 +71,14 @@ int sem_acquire_core(Segment *s, uint64_t *w, uint64_t slot, uint64_t tid, doubl
     if (e == NULL)
         return RES_DAEMON;
     Wait wt = {0, 0, 0};
+    double latch_since = 0;
     for (;;) {
         uint64_t x = LOAD(w);
         if (x & BIT_DAEMON)
             return RES_DAEMON;
         int r;
         if (latched(x)) {
-            r = latch_wait(s, w, x);
+            r = latch_wait(s, w, x, &latch_since);
         } else if (x & MASK_LOW) {
             if (CAS(w, &x, x | (slot << LATCH_SHIFT))) {
                 STORE(e, LOAD(e) + 1);
@@ -84,12 +99,13 @@ int sem_release_core(Segment *s, uint64_t *w, uint64_t slot) {
     uint32_t *e = ledger_entry(s, w, slot);
     if (e == NULL)
         return RES_DAEMON;
+    double latch_since = 0;
     for (;;) {
         uint64_t x = LOAD(w);
         if ((x & BIT_DAEMON) || LOAD(e) == 0 || (x & MASK_LOW) == MASK_LOW)
             return RES_DAEMON;
         if (latched(x)) {
-            int r = latch_wait(s, w, x);
+            int r = latch_wait(s, w, x, &latch_since);
             if (r != 1)
                 return r < 0 ? -1 : RES_DAEMON;
             continue;

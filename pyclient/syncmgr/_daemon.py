@@ -142,11 +142,6 @@ class PrivateDaemon:
         cmd = [self.binary, "serve", "--socket", self.address, "--log-level", self.log_level]
         if self.exit_with_parent:
             cmd += ["--exit-with-parent", str(os.getpid())]
-        if not any(a.startswith("--fastpath-dir") for a in self.args):
-            # The fast path's state segment lives in the private directory, so
-            # that removing the directory removes it even after a SIGKILLed
-            # daemon (in /dev/shm nothing would ever collect it).
-            cmd += ["--fastpath-dir", self.dir]
         cmd += self.args
         self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, start_new_session=True)

@@ -35,10 +35,13 @@ the offsets, so a child's first ops are as fast as its parent's.
 from __future__ import annotations
 
 import os
+import socket
 import threading
 import time
 import weakref
 from typing import TYPE_CHECKING, Any, Optional
+
+import msgpack
 
 from . import _connection
 from . import exceptions as exc
@@ -102,18 +105,23 @@ class FastPath:
         self.handles: weakref.WeakSet[_Handle] = weakref.WeakSet()  # the handles using this mapping
         self.anchor = _connection.Connection(client.address, client._key, _connection._session_id, None)
         try:
-            info = self._request("fastpath_attach", {})
-            if not info.get("boot_id") or info.get("boot_id") != _local_boot_id():
-                raise OSError("the daemon is on another host (boot id differs)")
-            fd = os.open(info["path"], os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+            info, fds = self._attach()
             try:
-                self.seg = _ext.Segment(fd, int(info["size"]))  # type: ignore[union-attr]
-                st = os.fstat(fd)
+                if not info.get("boot_id") or info.get("boot_id") != _local_boot_id():
+                    raise OSError("the daemon is on another host (boot id differs)")
+                # The segment comes as a descriptor with the reply, over the
+                # connection that answered: it is that daemon run's, never a
+                # file some other process named or planted.
+                if len(fds) != 1 or not self.anchor.run_id or info.get("run") != self.anchor.run_id:
+                    raise OSError("fastpath_attach did not pass this daemon run's segment")
+                self.seg = _ext.Segment(fds[0], int(info["size"]))  # type: ignore[union-attr]
+                st = os.fstat(fds[0])
                 # Which segment this is: a forked child's handles keep their
-                # offsets only in the very same file (not a restarted daemon's).
-                self.identity = (info["path"], st.st_dev, st.st_ino)
+                # offsets only in the very same one (not a restarted daemon's).
+                self.identity = (self.anchor.run_id, st.st_dev, st.st_ino)
             finally:
-                os.close(fd)
+                for fd in fds:
+                    os.close(fd)
             self.slot = int(info["slot"])
             self.run_id = self.anchor.run_id  # the daemon run whose words these are
         except BaseException:
@@ -122,12 +130,42 @@ class FastPath:
         self.ok = True
         threading.Thread(target=self._watch, name="syncmgr-fastpath-anchor", daemon=True).start()
 
-    def _request(self, op: str, args: dict[str, Any]) -> Any:
-        self.anchor.send_requests([encode_request(1, op, args)])
-        _, err, result = self.anchor.recv_reply()
-        if err is not None:
-            raise exc.from_code(err[0], err[1])
-        return result
+    def _attach(self) -> tuple[dict[str, Any], list[int]]:
+        """fastpath_attach on the anchor: its reply and the descriptors that
+        came with it (SCM_RIGHTS on the reply's first bytes, which only
+        recvmsg receives; the caller closes them)."""
+        conn = self.anchor
+        if conn._rstart != conn._rend:
+            raise exc.ProtocolError("unexpected bytes before fastpath_attach's reply")
+        conn.send_requests([encode_request(1, "fastpath_attach", {})])
+        sock = conn.sock
+        data = bytearray()
+        fds: list[int] = []
+        try:
+            while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], "big"):
+                if len(data) >= 4 and int.from_bytes(data[:4], "big") > 1 << 20:
+                    raise exc.ProtocolError("fastpath_attach reply too large")
+                msg, got, _, _ = socket.recv_fds(sock, 65536, 4)
+                fds += got
+                if not msg:
+                    raise exc.ServerGoneError(f"syncmgr at {conn.address} closed the connection")
+                data += msg
+            n = int.from_bytes(data[:4], "big")
+            if len(data) != 4 + n:
+                raise exc.ProtocolError("unexpected bytes after fastpath_attach's reply")
+            try:
+                _, err, result = msgpack.unpackb(bytes(data[4:]), raw=False)
+            except (ValueError, TypeError, msgpack.UnpackException) as e:
+                raise exc.ProtocolError(f"malformed fastpath_attach reply: {e}") from None
+            if err is not None:
+                raise exc.from_code(err[0], err[1])
+            if not isinstance(result, dict):
+                raise exc.ProtocolError("malformed fastpath_attach reply")
+            return result, fds
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            raise
 
     def _watch(self) -> None:
         # Nothing is ever sent on the anchor after the attach: a read returns
@@ -148,6 +186,8 @@ class FastPath:
             r = self.client.call("fastpath_ref", {"kind": kind, "name": name})
         except exc.SyncMgrError:
             return None
+        if not isinstance(r, dict) or r.get("run") != self.run_id:
+            return None  # another daemon run answered: its offsets are not for this segment
         off, tag = int(r["off"]), int(r["tag"])
         if self.seg.tag(off) != tag:  # deleted and reused since the reply
             return None

@@ -87,3 +87,25 @@ def wait_until(pred, timeout: float = 10.0, interval: float = 0.01) -> bool:
 
 def object_count(m: syncmgr.Manager) -> int:
     return int(m.status(limit=1)["server"]["objects"])
+
+
+def segment_fd(address: str, key: bytes) -> int:
+    """A descriptor of the daemon's fast-path segment, got as any process of
+    the user can: a connection of its own and fastpath_attach (the reply
+    carries the descriptor). The caller closes it. Tests use it to write the
+    segment as a buggy or hostile process would."""
+    from syncmgr import _connection, _fast
+
+    conn = _connection.Connection(address, key, os.urandom(16), None)
+    try:
+        _, fds = _fast.FastPath._attach(_Anchor(conn))  # type: ignore[arg-type]
+    finally:
+        conn.close()
+    for fd in fds[1:]:
+        os.close(fd)
+    return fds[0]
+
+
+class _Anchor:
+    def __init__(self, conn: object) -> None:
+        self.anchor = conn

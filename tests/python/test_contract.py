@@ -191,18 +191,24 @@ def test_repr_has_the_stock_form(m):
 
 
 def test_sigkilled_embedded_daemon_leaves_no_state_file(monkeypatch):
-    """The fast path's state segment of an embedded daemon lives in its
-    private directory, so the manager's clean-up removes it even when the
-    daemon itself was SIGKILLed (nothing is left in /dev/shm)."""
+    """The fast path's state segment is an anonymous memory file: it is in
+    no directory, so nothing is left when the daemon is SIGKILLed (neither
+    in /dev/shm nor in its private directory)."""
     import signal
+
+    from syncmgr import _fast
 
     monkeypatch.setenv("SYNCMGR_FASTPATH", "1")
     before = {f for f in os.listdir("/dev/shm") if f.startswith("syncmgr")}
     mgr = syncmgr.Manager()
     mgr.start()
-    mgr.Lock().acquire()
+    lock = mgr.Lock()
+    lock.acquire()
+    if _fast._ext is not None:
+        assert _fast.active(lock), _fast.reasons
     d = os.path.dirname(mgr.address)
-    assert any(f.startswith("syncmgr.state-") for f in os.listdir(d))
+    assert not [f for f in os.listdir(d) if "state" in f]
+    assert {f for f in os.listdir("/dev/shm") if f.startswith("syncmgr")} <= before
     os.kill(mgr.pid, signal.SIGKILL)
     mgr.shutdown()
     assert not os.path.exists(d)

@@ -20,7 +20,7 @@ import time
 import pytest
 
 import syncmgr
-from conftest import wait_until
+from conftest import segment_fd, wait_until
 from syncmgr import _fast
 
 pytestmark = pytest.mark.skipif(_fast._ext is None or os.environ.get("SYNCMGR_FASTPATH") == "0",
@@ -445,10 +445,10 @@ def test_killed_fast_semaphore_holder_gives_its_units_back(m):
 def _die_mid_acquire(sem, ledger_written, ready):
     # Take one unit, then stop inside the next acquire: the latch claimed and
     # (perhaps) the ledger entry written, the units not yet committed. Raw
-    # writes to the segment file play the part of the C code killed there.
+    # writes to the segment play the part of the C code killed there.
     sem.acquire()
     h = sem._fast
-    fd = os.open(h.fp.identity[0], os.O_RDWR | os.O_NOFOLLOW)
+    fd = segment_fd(sem._client.address, sem._client._key)
     word = h.fp.seg.state(h.off)
     os.pwrite(fd, struct.pack("<Q", word | h.fp.slot << 32), h.off)
     if ledger_written:
