@@ -1,12 +1,21 @@
-"""Issue 12 hardening seen from the Python client: segment files are checked before mapping."""
+"""Hardening seen from the Python client: segment files are checked before mapping (issue 12);
+the fast path's segment survives a process of the user that writes it (issue 22)."""
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
+import pickle
+import signal
+import struct
+import time
 
 import pytest
 
+from conftest import wait_until
 from syncmgr.shared_memory import SharedMemoryFileError
+
+CTX = mp.get_context("fork")
 
 
 def _swap(path: str, make) -> None:
@@ -183,3 +192,183 @@ def test_tls_from_the_environment_reaches_ray_style_workers(tmp_path, monkeypatc
         assert st.returncode == 0 and b"EVENT" in st.stdout.upper(), st.stderr.decode()
     finally:
         d.stop()
+
+
+# --- issue 22: the fast path's segment, written by a buggy or hostile process of the user ---
+
+
+def _fast_ext():
+    from syncmgr import _fast
+
+    if _fast._ext is None:
+        pytest.skip("built without the C extension: no fast path")
+    return _fast
+
+
+def _latch_then_stop(sem, ready) -> None:
+    # A session of its own, attached (one op by CAS), then its slot in the
+    # latch as if stopped between the steps of an op: a live holder.
+    from conftest import segment_fd
+
+    sem.acquire()
+    sem.release()
+    h = sem._fast
+    fd = segment_fd(sem._client.address, sem._client._key)
+    (word,) = struct.unpack("<Q", os.pread(fd, 8, h.off))
+    os.pwrite(fd, struct.pack("<Q", word | h.fp.slot << 32), h.off)
+    os.close(fd)
+    ready.set()
+    os.kill(os.getpid(), signal.SIGSTOP)
+    time.sleep(600)
+
+
+def _take_and_wait(sem, n, ready) -> None:
+    for _ in range(n):
+        sem.acquire()
+    ready.set()
+    time.sleep(600)
+
+
+def test_stopped_latch_holder_keeps_timeouts_and_blocks_no_session_end(m, monkeypatch):
+    _fast = _fast_ext()
+    monkeypatch.setenv("SYNCMGR_FASTPATH", "1")
+    stuck, other = m.Semaphore(3), m.BoundedSemaphore(5)
+    assert _fast.active(stuck) and _fast.active(other), _fast.reasons
+    monkeypatch.setenv("SYNCMGR_FASTPATH", "0")
+    stuck_socket = pickle.loads(pickle.dumps(stuck))  # the same Semaphore, on the socket path
+    monkeypatch.setenv("SYNCMGR_FASTPATH", "1")
+    assert not _fast.active(stuck_socket)
+    ready, taken = CTX.Event(), CTX.Event()
+    holder = CTX.Process(target=_latch_then_stop, args=(stuck, ready))
+    ender = CTX.Process(target=_take_and_wait, args=(other, 5, taken))
+    holder.start()
+    ender.start()
+    try:
+        assert ready.wait(30) and taken.wait(30)
+        assert wait_until(lambda: open(f"/proc/{holder.pid}/stat").read().split(")")[1].split()[0] == "T")
+        for sem in (stuck, stuck_socket):
+            t0 = time.monotonic()
+            assert sem.acquire(blocking=False) is False
+            assert time.monotonic() - t0 < 2
+            t0 = time.monotonic()
+            assert sem.acquire(timeout=0.3) is False
+            assert 0.25 < time.monotonic() - t0 < 3
+        # Another session ends while the latch is held: its units in
+        # every other semaphore come back now.
+        os.kill(ender.pid, signal.SIGKILL)
+        ender.join(30)
+        t0 = time.monotonic()
+        assert all(other.acquire(timeout=10) for _ in range(5))
+        assert time.monotonic() - t0 < 10
+        for _ in range(5):
+            other.release()
+    finally:
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.join(30)
+        if ender.is_alive():
+            ender.kill()
+    # The holder's session ended: the daemon takes its latch over.
+    assert all(stuck.acquire(timeout=10) for _ in range(3))
+    assert stuck.acquire(blocking=False) is False
+
+
+@pytest.mark.parametrize("latch", ["no session's slot", "2**29-1"])
+def test_stray_latch_is_taken_over_at_once(m, monkeypatch, latch):
+    from conftest import segment_fd
+
+    _fast = _fast_ext()
+    monkeypatch.setenv("SYNCMGR_FASTPATH", "1")
+    sem = m.Semaphore(2)
+    assert _fast.active(sem), _fast.reasons
+    h = sem._fast
+    fd = segment_fd(m._c().address, m._c()._key)
+    try:
+        (word,) = struct.unpack("<Q", os.pread(fd, 8, h.off))
+        value = 54321 if latch == "no session's slot" else (1 << 29) - 1
+        os.pwrite(fd, struct.pack("<Q", word | value << 32), h.off)
+        t0 = time.monotonic()
+        assert sem.acquire(timeout=0.3) is True
+        assert sem.acquire(blocking=False) is True
+        assert time.monotonic() - t0 < 2
+        assert sem.acquire(blocking=False) is False
+        sem.release()
+        sem.release()
+        (word,) = struct.unpack("<Q", os.pread(fd, 8, h.off))
+        assert word >> 32 == 0 and word & ((1 << 29) - 1) == 2
+    finally:
+        os.close(fd)
+
+
+def test_segment_cannot_be_resized(m, monkeypatch):
+    from conftest import segment_fd
+
+    _fast = _fast_ext()
+    monkeypatch.setenv("SYNCMGR_FASTPATH", "1")
+    lock = m.Lock()
+    assert _fast.active(lock), _fast.reasons
+    lock.acquire()
+    fd = segment_fd(m._c().address, m._c()._key)
+    try:
+        size = os.fstat(fd).st_size
+        for n in (0, 64, size * 2):
+            with pytest.raises(PermissionError):
+                os.ftruncate(fd, n)
+        assert os.fstat(fd).st_size == size
+    finally:
+        os.close(fd)
+    assert lock.acquire(blocking=False) is False  # the daemon and the words are intact
+    lock.release()
+    assert lock.acquire(blocking=False) is True
+    lock.release()
+
+
+def test_client_of_one_daemon_never_maps_anothers_segment(monkeypatch):
+    """A process connected to daemon A whose socket path now leads to daemon
+    B (A's directory was emptied, B started there): its fast path, attached
+    through the path, is B's, and A's offsets are never used in it."""
+    import subprocess
+
+    import syncmgr
+    from conftest import BIN, start_daemon
+
+    _fast = _fast_ext()
+    monkeypatch.setenv("SYNCMGR_FASTPATH", "1")
+    a = start_daemon()
+    b = None
+    moved = ""
+    try:
+        m = syncmgr.connect(a.address, a.key)
+        m.dict()  # a pooled connection to A, and no fast path yet
+        moved = os.path.join(os.path.dirname(os.path.dirname(a.address)), os.path.basename(a.dir) + ".moved")
+        os.rename(a.address, moved)  # A still serves its connections; the path is free
+        for f in os.listdir(a.dir):
+            os.unlink(os.path.join(a.dir, f))
+        env = dict(os.environ, SYNCMGR_AUTHKEY=a.key.hex())
+        b = subprocess.Popen([BIN, "serve", "--socket", a.address, "--shm-dir", "none"], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        assert wait_until(lambda: os.path.exists(a.address))
+        mb = syncmgr.connect(a.address, a.key)
+        assert wait_until(lambda: _ping(mb))
+        held_in_b = mb.Lock()  # B's first Lock: the very slot and tag of A's first Lock
+        held_in_b.acquire()
+        lock = m.Lock()  # A's first Lock, free
+        assert not _fast.active(lock)
+        assert lock.acquire(blocking=False) is True
+        assert lock.acquire(blocking=False) is False
+        lock.release()
+        assert held_in_b.acquire(blocking=False) is False
+    finally:
+        if b is not None:
+            b.kill()
+            b.wait(10)
+        a.close()
+        if os.path.exists(moved):
+            os.unlink(moved)
+
+
+def _ping(m) -> bool:
+    try:
+        m.status(limit=1)
+        return True
+    except Exception:
+        return False
