@@ -42,5 +42,11 @@
 // session slot), and a numeric Value's an 8-byte cell; the op semantics read
 // and write it only through those types, whose comment gives the layout.
 // The same-host fast path (fastpath.go) binds those words into a shared
-// segment (package statemem) without changing the semantics.
+// segment (package statemem) without changing the semantics. Every process
+// given the segment can write it, so what is read there is data: ledger
+// entries are clamped to a Semaphore's total, a latch naming no live
+// attached session is taken over, a latch wait keeps the request's
+// deadline and a session's end never waits on another session's latch
+// (semaphore.go, deferLatched), and a sweep (sweepFast) frees Lock and
+// RLock words naming no live slot and clears daemon bits nobody set.
 package manager
