@@ -19,8 +19,9 @@ over the socket as before:
   ``SYNCMGR_FASTPATH`` is not ``0``;
 * the daemon is reached over a Unix socket and reports this host's boot id
   (``SYNCMGR_FASTPATH_BOOT_ID``, for tests only, replaces the local one);
-* the daemon agrees (``fastpath_attach``), the segment file passes the
-  owner, mode and size checks, and the object has a word (``fastpath_ref``).
+* the daemon agrees (``fastpath_attach``, whose reply carries the segment's
+  descriptor), the descriptor passes the owner, mode, size and seal checks,
+  and the object has a word (``fastpath_ref``) in that daemon run's segment.
 
 Each process keeps one extra connection of its session open while it uses
 the fast path (the anchor): the session, and so the slot id written in the
