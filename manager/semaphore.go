@@ -71,6 +71,7 @@ func (m *Semaphore) State() *SemState { return &m.st }
 // deleting the object, must not wait for it (the session's end takes the
 // manager's lock, which a Delete holds while it takes m.mu).
 func (m *Semaphore) claim(ctx context.Context, deadline time.Time) (int64, bool) {
+	pause := latchPause
 	for spins := 0; ; spins++ {
 		if free, ok := m.tryClaim(); ok {
 			return free, true
@@ -86,10 +87,18 @@ func (m *Semaphore) claim(ctx context.Context, deadline time.Time) (int64, bool)
 			continue
 		}
 		m.mu.Unlock()
-		time.Sleep(50 * time.Microsecond)
+		time.Sleep(pause)
 		m.mu.Lock()
+		pause = min(pause*2, maxLatchPause) // a holder that stays (stopped) costs little CPU
 	}
 }
+
+// latchPause and maxLatchPause bound the daemon's sleeps between looks at
+// a latch a live session keeps.
+const (
+	latchPause    = 50 * time.Microsecond
+	maxLatchPause = 5 * time.Millisecond
+)
 
 // tryClaim takes the latch if it can now (see claim), runs the give-backs
 // that waited for it, and returns the free units.
@@ -163,10 +172,16 @@ func (m *Semaphore) runLater() {
 func (m *Semaphore) settle() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	pause := latchPause
 	for len(m.later) > 0 && m.dead == nil {
-		if _, ok := m.claim(nil, time.Now().Add(100*time.Millisecond)); ok {
+		if _, ok := m.tryClaim(); ok {
 			m.commit(0) // tryClaim ran them
+			break
 		}
+		m.mu.Unlock()
+		time.Sleep(pause)
+		m.mu.Lock()
+		pause = min(pause*2, maxLatchPause)
 	}
 	if m.dead != nil {
 		for _, f := range m.later {
