@@ -372,3 +372,19 @@ def _ping(m) -> bool:
         return True
     except Exception:
         return False
+
+
+def test_offsets_from_another_daemon_run_are_never_used(m, monkeypatch):
+    """The check behind the test above, made certain: a fastpath_ref reply
+    that names another daemon run than the one whose segment is mapped (the
+    offset and tag of a live object there, as a daemon restarted on the path
+    could answer) is not used."""
+    _fast = _fast_ext()
+    monkeypatch.setenv("SYNCMGR_FASTPATH", "1")
+    lock = m.Lock()
+    assert _fast.active(lock), _fast.reasons
+    fp = _fast.path_for(m._c())
+    real = fp.client.call("fastpath_ref", {"kind": "lock", "name": lock._name})
+    assert real["run"] == fp.run_id and fp.ref("lock", lock._name) == (real["off"], real["tag"])
+    monkeypatch.setattr(fp.client, "call", lambda op, args: dict(real, run="another-run"))
+    assert fp.ref("lock", lock._name) is None
