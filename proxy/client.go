@@ -173,6 +173,15 @@ func retryable(err error) bool {
 // handshake ended.
 var errHandshakeDropped = errors.New("the daemon closed the connection during the handshake (busy: too many connections waiting to authenticate, or stopping)")
 
+// dropped marks err as errHandshakeDropped when the daemon closed the
+// connection (EOF, reset).
+func dropped(err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+		return fmt.Errorf("%w: %w", errHandshakeDropped, err)
+	}
+	return err
+}
+
 // noReady holds the addresses of daemons that do not read a ready frame.
 var noReady sync.Map
 
@@ -198,7 +207,7 @@ func dialOnce(ctx context.Context, address string, key []byte, o *options, deadl
 		tc := tls.Client(nc, cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			nc.Close()
-			return nil, fmt.Errorf("tls handshake with %s: %w", address, err)
+			return nil, fmt.Errorf("tls handshake with %s: %w", address, dropped(err))
 		}
 		nc = tc
 	}
@@ -213,10 +222,7 @@ func dialOnce(ctx context.Context, address string, key []byte, o *options, deadl
 	}
 	if err != nil {
 		nc.Close()
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
-			err = fmt.Errorf("%w: %w", errHandshakeDropped, err)
-		}
-		return nil, fmt.Errorf("handshake with %s: %w", address, err)
+		return nil, fmt.Errorf("handshake with %s: %w", address, dropped(err))
 	}
 	_ = nc.SetDeadline(time.Time{})
 	c := &Client{nc: nc, info: info, pending: make(map[uint64]chan outcome), done: make(chan struct{})}

@@ -22,19 +22,23 @@ import (
 //
 //   - Unix-socket and TCP peers have separate budgets (MaxUnauthenticated
 //     each): no TCP peer can take a local client's slot.
-//   - A TCP source address may hold at most perSource pending handshakes;
-//     when it wants more, one of its own pending handshakes is dropped.
-//   - When a budget is full, a pending handshake of the source that holds
-//     the most is dropped to make room (as sshd's MaxStartups drops rather
-//     than refusing every newcomer).
+//   - When a budget is full, a pending handshake of the source (TCP
+//     address, or uid for Unix peers) that holds the most is dropped to
+//     make room (as sshd's MaxStartups drops rather than refusing every
+//     newcomer): a flood from one address pushes out its own pending
+//     handshakes, not another address's; there is no smaller cap per
+//     address, so
+//     the clients that share the flood's address (one host, one NAT) have
+//     the whole budget's turnover to answer in.
 //   - Which one: a handshake whose key was wrong (it waits out its
 //     penalty) first, then one whose peer has sent nothing, oldest first;
 //     one that has sent bytes goes last. Clients speak first (a ready frame
 //     as soon as they are connected, before the server's hello), and bytes
-//     already waiting in the socket count as sent (a peek), so an honest
-//     client is "sent" from its first moment in the budget and idle
-//     connections from the same address, however fast they are reopened,
-//     are dropped before it.
+//     already waiting in the socket count as sent (a peek); over TLS the
+//     client's TLS handshake counts. An honest client thus has sent bytes
+//     from about its first moment in the budget, and idle connections from
+//     its own address, however fast they are reopened, are dropped before
+//     it.
 //   - Wrong keys are slowed down, right keys never: after failBackoffAfter
 //     failed handshakes from a source (TCP address, or uid for Unix peers)
 //     within failForget, the answer to each further wrong key waits a
@@ -43,8 +47,8 @@ import (
 //     is never refused for other handshakes' failures.
 //   - Refusals are logged at most once a second, with a count.
 type admission struct {
-	unixCap, tcpCap, perSource int
-	log                        zerolog.Logger
+	unixCap, tcpCap int
+	log             zerolog.Logger
 
 	mu      sync.Mutex
 	pending map[*conn]pendingEntry
@@ -107,7 +111,7 @@ const (
 )
 
 func newAdmission(budget int, log zerolog.Logger) *admission {
-	return &admission{unixCap: budget, tcpCap: budget, perSource: max(4, budget/8), log: log,
+	return &admission{unixCap: budget, tcpCap: budget, log: log,
 		pending: make(map[*conn]pendingEntry), count: make(map[string]int), fails: make(map[string]failRecord)}
 }
 
@@ -141,14 +145,13 @@ func source(nc net.Conn) (string, int) {
 func (a *admission) admit(c *conn) {
 	src, pool := source(c.nc)
 	e := pendingEntry{src: src, pool: pool, at: time.Now(), progress: new(atomic.Bool), failed: new(atomic.Bool)}
-	var evict []*conn
-	a.mu.Lock()
-	if pool == poolTCP && a.count[src] >= a.perSource {
-		if v := a.victimLocked(src, pool); v != nil {
-			evict = append(evict, v)
-			a.removeLocked(v)
+	if tc, ok := c.nc.(*tls.Conn); ok {
+		if sc, ok := tc.NetConn().(*sniffConn); ok {
+			e.progress = &sc.spoke // a TLS client speaks first: its handshake counts
 		}
 	}
+	var evict []*conn
+	a.mu.Lock()
 	capacity := a.unixCap
 	if pool == poolTCP {
 		capacity = a.tcpCap

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -203,7 +204,8 @@ func (l sniffListener) Accept() (net.Conn, error) {
 type sniffConn struct {
 	net.Conn
 	first  bool
-	readDL time.Time // the read deadline the TLS server asked for
+	readDL time.Time   // the read deadline the TLS server asked for
+	spoke  atomic.Bool // the peer has sent bytes (its TLS handshake): see admission
 }
 
 func (c *sniffConn) SetDeadline(t time.Time) error {
@@ -218,7 +220,11 @@ func (c *sniffConn) SetReadDeadline(t time.Time) error {
 
 func (c *sniffConn) Read(b []byte) (int, error) {
 	if c.first {
-		return c.Conn.Read(b)
+		n, err := c.Conn.Read(b)
+		if n > 0 {
+			c.spoke.Store(true)
+		}
+		return n, err
 	}
 	c.first = true
 	dl := time.Now().Add(TLSSilence)
@@ -238,6 +244,9 @@ func (c *sniffConn) Read(b []byte) (int, error) {
 			_ = wire.WriteFrame(c.Conn, frame)
 		}
 		return 0, errors.New("a plaintext client on a TLS port")
+	}
+	if n > 0 {
+		c.spoke.Store(true)
 	}
 	return n, err
 }
