@@ -229,3 +229,62 @@ def test_dead_runs_private_directories_are_swept():
                 p.kill()
                 p.wait(30)
         subprocess.run(["rm", "-rf", tmp], check=False)
+
+
+def test_client_falls_back_for_daemons_without_ready(tmp_path):
+    """A daemon older than the ready frame (its hello does not say it reads
+    one, and it takes the first frame for the auth): the client drops the
+    first connection and connects again without ready, once per address."""
+    import hashlib
+    import hmac
+    import socket
+    import struct
+
+    import msgpack
+
+    key = os.urandom(32)
+    path = str(tmp_path / "old.sock")
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    srv.listen(8)
+    seen: list[str] = []
+
+    def frame_of(obj) -> bytes:
+        b = msgpack.packb(obj, use_bin_type=True)
+        return struct.pack(">I", len(b)) + b
+
+    def read_frame(c):
+        head = c.recv(4, socket.MSG_WAITALL)
+        if len(head) < 4:
+            return None
+        (n,) = struct.unpack(">I", head)
+        return msgpack.unpackb(c.recv(n, socket.MSG_WAITALL), raw=False)
+
+    def serve():
+        while True:
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                return
+            with c:
+                ns = os.urandom(32)
+                c.sendall(frame_of({"t": "hello", "versions": [1], "nonce": ns, "max_frame": 1 << 20, "server": "old"}))
+                a = read_frame(c)
+                seen.append(a.get("t", "") if isinstance(a, dict) else "?")
+                if not isinstance(a, dict) or a.get("t") != "auth":
+                    c.sendall(frame_of({"t": "error", "code": "bad_request", "message": "expected an auth message"}))
+                    continue
+                mac = hmac.new(key, b"syncmgr/1 client" + ns + a["nonce"], hashlib.sha256).digest()
+                assert hmac.compare_digest(mac, a["mac"])
+                smac = hmac.new(key, b"syncmgr/1 server" + a["nonce"] + ns, hashlib.sha256).digest()
+                c.sendall(frame_of({"t": "welcome", "mac": smac, "session": a["session"], "conn": 1}))
+                read_frame(c)  # until the client goes
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        for _ in range(2):
+            _connection.Connection(path, key, os.urandom(16)).close()
+        assert seen == ["ready", "auth", "auth"], seen
+    finally:
+        srv.close()
