@@ -100,7 +100,8 @@ class FastPath:
         self.pid = os.getpid()
         self.client = client
         self.handles: weakref.WeakSet[_Handle] = weakref.WeakSet()  # the handles using this mapping
-        self.anchor = _connection.Connection(client.address, client._key, _connection._session_id, None)
+        # No retry here: a refused attach is tried again later (path_for).
+        self.anchor = _connection.Connection(client.address, client._key, _connection._session_id, None, retry=False)
         try:
             info = self._request("fastpath_attach", {})
             if not info.get("boot_id") or info.get("boot_id") != _local_boot_id():
