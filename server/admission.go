@@ -197,14 +197,17 @@ func (a *admission) penalty(c *conn) {
 	f.n++
 	f.last = now
 	a.fails[e.src] = f
+	wait := backoff(f.n)
 	if len(a.fails) > 4096 {
 		for k, v := range a.fails {
 			if now.Sub(v.last) > failForget {
 				delete(a.fails, k)
 			}
 		}
+		if len(a.fails) > 4096 { // failures from very many addresses: bound the memory, forget them
+			clear(a.fails)
+		}
 	}
-	wait := backoff(f.n)
 	a.mu.Unlock()
 	if wait <= 0 {
 		return
