@@ -217,12 +217,25 @@ def test_dead_runs_private_directories_are_swept():
         assert wait_until(lambda: not os.path.exists(f"/proc/{dead_daemon}") or
                           open(f"/proc/{dead_daemon}/stat").read().rsplit(")", 1)[1].split()[0] == "Z", timeout=30)
         assert os.path.isdir(dead_dir)  # nobody removed it
+        # Never swept: a directory without an owner record, and (as root) one
+        # of another uid whose recorded owner is just as dead.
+        no_record = os.path.join(tmp, "syncmgr-norecord")
+        os.mkdir(no_record, 0o700)
+        others = os.path.join(tmp, "syncmgr-otheruser")
+        if os.geteuid() == 0:
+            os.mkdir(others, 0o700)
+            with open(os.path.join(others, "owner"), "w") as f:
+                f.write(open(os.path.join(dead_dir, "owner")).read())
+            os.chown(os.path.join(others, "owner"), 64002, 64002)
+            os.chown(others, 64002, 64002)
         code = "import syncmgr\nwith syncmgr.Manager() as m: m.Lock()\nprint('ok')"
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, env=env, timeout=60)
         assert out.stdout.strip() == b"ok", out.stderr.decode()
         assert not os.path.exists(dead_dir)
         assert os.path.exists(os.path.join(live_dir, "syncmgr.key"))  # a live run's stays
         assert os.path.exists(os.path.join(live_dir, "syncmgr.sock"))
+        assert os.path.isdir(no_record)
+        assert os.geteuid() != 0 or os.path.isdir(others)
     finally:
         for p in procs:
             if p.poll() is None:
