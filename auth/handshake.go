@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/syncmgr/syncmgr/wire"
 )
@@ -40,6 +41,18 @@ type Hello struct {
 	Nonce    []byte `msgpack:"nonce"`
 	MaxFrame uint32 `msgpack:"max_frame"`
 	Server   string `msgpack:"server"`
+	// Ready says the server reads an optional Ready frame before Auth.
+	// A client that sent one to a server without it must reconnect
+	// without it.
+	Ready bool `msgpack:"ready,omitempty"`
+}
+
+// Ready is the frame a client sends as soon as it is connected, before it
+// has read the server's Hello: the server then knows at once that the peer
+// is a client at work, not an idle connection holding a slot (see the
+// daemon's handshake budget).
+type Ready struct {
+	T string `msgpack:"t"`
 }
 
 // Auth is the client's answer to Hello.
@@ -72,6 +85,9 @@ type ErrorMsg struct {
 	T       string `msgpack:"t"`
 	Code    string `msgpack:"code"`
 	Message string `msgpack:"message"`
+	// RetryAfter, in seconds, tells a client refused with code limit when
+	// trying again may succeed (0: not said).
+	RetryAfter float64 `msgpack:"retry_after,omitempty"`
 }
 
 // MAC returns HMAC-SHA256(key, label || a || b).
@@ -101,6 +117,10 @@ type ServerConfig struct {
 	PID      int
 	ConnID   uint64
 	RunID    string // this run of the daemon, sent in the welcome
+	// Penalty, when set, is called when the client's MAC is wrong, before
+	// the error frame is sent; it may block (the daemon slows down wrong
+	// keys there, so that a right key never waits).
+	Penalty func()
 }
 
 // Peer is what the server learns about an authenticated client.
@@ -132,7 +152,7 @@ func Server(rw io.ReadWriter, cfg ServerConfig) (*Peer, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := writeMsg(rw, Hello{T: "hello", Versions: []int{Version}, Nonce: ns, MaxFrame: cfg.MaxFrame, Server: cfg.Server}); err != nil {
+	if err := writeMsg(rw, Hello{T: "hello", Versions: []int{Version}, Nonce: ns, MaxFrame: cfg.MaxFrame, Server: cfg.Server, Ready: true}); err != nil {
 		return nil, fmt.Errorf("write hello: %w", err)
 	}
 	fail := func(code wire.Code, err error) (*Peer, error) {
@@ -150,7 +170,15 @@ func Server(rw io.ReadWriter, cfg ServerConfig) (*Peer, error) {
 		return nil, fmt.Errorf("read auth: %w", err)
 	}
 	var a Auth
-	if err := wire.Unmarshal(body, &a); err != nil || a.T != "auth" {
+	err = wire.Unmarshal(body, &a)
+	if err == nil && a.T == "ready" { // the client spoke first; its auth follows
+		if body, err = wire.ReadFrame(rw, wire.HandshakeMaxFrame); err != nil {
+			return nil, fmt.Errorf("read auth: %w", err)
+		}
+		a = Auth{}
+		err = wire.Unmarshal(body, &a)
+	}
+	if err != nil || a.T != "auth" {
 		return fail(wire.CodeBadRequest, errors.New("expected an auth message"))
 	}
 	if a.Version != Version {
@@ -160,6 +188,9 @@ func Server(rw io.ReadWriter, cfg ServerConfig) (*Peer, error) {
 		return fail(wire.CodeBadRequest, errors.New("malformed auth message"))
 	}
 	if !hmac.Equal(a.MAC, MAC(cfg.Key, ClientLabel, ns, a.Nonce)) {
+		if cfg.Penalty != nil {
+			cfg.Penalty()
+		}
 		return fail(wire.CodeAuthFailed, errors.New("authkey does not match the server's"))
 	}
 	w := Welcome{T: "welcome", MAC: MAC(cfg.Key, ServerLabel, a.Nonce, ns), Session: a.Session,
@@ -176,7 +207,16 @@ type ClientConfig struct {
 	Session []byte
 	PID     int
 	Label   string
+	// Ready sends a Ready frame before reading the server's Hello (the
+	// caller's connection is new). A server whose Hello does not say it
+	// reads one fails the handshake with ErrNoReady: reconnect without.
+	Ready bool
 }
+
+// ErrNoReady is returned by Client when it sent a Ready frame to a server
+// that does not read one (a daemon older than it): the connection is
+// unusable; a new one without Ready works.
+var ErrNoReady = errors.New("the server does not read a ready frame")
 
 // ServerInfo is what a client learns about the server it authenticated.
 type ServerInfo struct {
@@ -197,6 +237,11 @@ func Client(rw io.ReadWriter, cfg ClientConfig) (*ServerInfo, error) {
 	if len(cfg.Key) == 0 {
 		return nil, ErrNoKey
 	}
+	if cfg.Ready {
+		if err := writeMsg(rw, Ready{T: "ready"}); err != nil {
+			return nil, fmt.Errorf("write ready: %w", err)
+		}
+	}
 	body, err := wire.ReadFrame(rw, wire.HandshakeMaxFrame)
 	if err != nil {
 		return nil, fmt.Errorf("read hello: %w", err)
@@ -214,6 +259,9 @@ func Client(rw io.ReadWriter, cfg ClientConfig) (*ServerInfo, error) {
 	}
 	if !supported {
 		return nil, &wire.Error{Code: wire.CodeVersion, Message: fmt.Sprintf("server speaks versions %v, client %d", h.Versions, Version)}
+	}
+	if cfg.Ready && !h.Ready {
+		return nil, ErrNoReady
 	}
 	nc, err := Nonce()
 	if err != nil {
@@ -252,8 +300,18 @@ func refusal(body []byte) error {
 	if em.Code == string(wire.CodeAuthFailed) {
 		return fmt.Errorf("%w: server says: %s", ErrAuthFailed, em.Message)
 	}
-	return &wire.Error{Code: wire.Code(em.Code), Message: em.Message}
+	return &RefusedError{Err: &wire.Error{Code: wire.Code(em.Code), Message: em.Message}, RetryAfter: time.Duration(em.RetryAfter * float64(time.Second))}
 }
+
+// RefusedError is a server's refusal in the handshake (an error frame
+// other than auth_failed). It unwraps to the *wire.Error.
+type RefusedError struct {
+	Err        *wire.Error
+	RetryAfter time.Duration // the server's hint; 0 when it gave none
+}
+
+func (e *RefusedError) Error() string { return e.Err.Error() }
+func (e *RefusedError) Unwrap() error { return e.Err }
 
 func writeMsg(w io.Writer, v any) error {
 	b, err := wire.Marshal(v)

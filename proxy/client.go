@@ -5,10 +5,12 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -114,11 +116,76 @@ func ParseAddress(address string) (network, addr string) {
 }
 
 // Dial connects and authenticates to the daemon at address.
+//
+// A refusal with code limit (the daemon's connection caps) and a
+// connection the daemon drops during the handshake (its handshake budget
+// is full) are tried again, after the daemon's retry hint or a short
+// growing pause, until ctx's deadline (10 s when it has none); the last
+// error is returned then. A wrong key is never tried again.
 func Dial(ctx context.Context, address string, key []byte, opts ...Option) (*Client, error) {
 	var o options
 	for _, f := range opts {
 		f(&o)
 	}
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(10 * time.Second)
+	}
+	pause := 10 * time.Millisecond
+	for {
+		c, err := dialOnce(ctx, address, key, &o, deadline)
+		if err == nil || !retryable(err) {
+			return c, err
+		}
+		wait := pause
+		var re *auth.RefusedError
+		if errors.As(err, &re) && re.RetryAfter > 0 {
+			wait = min(re.RetryAfter, 5*time.Second)
+		}
+		pause = min(2*pause, 500*time.Millisecond)
+		if time.Until(deadline) <= wait {
+			return nil, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+	}
+}
+
+// retryable says whether Dial tries again after err: a limit answer, or
+// the daemon closing the connection during the handshake.
+func retryable(err error) bool {
+	var we *wire.Error
+	if errors.As(err, &we) {
+		return we.Code == wire.CodeLimit
+	}
+	if errors.Is(err, auth.ErrAuthFailed) {
+		return false
+	}
+	return errors.Is(err, errHandshakeDropped)
+}
+
+// errHandshakeDropped marks a connection closed by the daemon before the
+// handshake ended.
+var errHandshakeDropped = errors.New("the daemon closed the connection during the handshake (busy: too many connections waiting to authenticate, or stopping)")
+
+// dropped marks err as errHandshakeDropped when the daemon closed the
+// connection (EOF, reset).
+func dropped(err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+		return fmt.Errorf("%w: %w", errHandshakeDropped, err)
+	}
+	return err
+}
+
+// noReady holds the addresses of daemons that do not read a ready frame.
+var noReady sync.Map
+
+func dialOnce(ctx context.Context, address string, key []byte, o *options, deadline time.Time) (*Client, error) {
 	network, addr := ParseAddress(address)
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, network, addr)
@@ -140,19 +207,22 @@ func Dial(ctx context.Context, address string, key []byte, opts ...Option) (*Cli
 		tc := tls.Client(nc, cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			nc.Close()
-			return nil, fmt.Errorf("tls handshake with %s: %w", address, err)
+			return nil, fmt.Errorf("tls handshake with %s: %w", address, dropped(err))
 		}
 		nc = tc
 	}
-	if dl, ok := ctx.Deadline(); ok {
-		_ = nc.SetDeadline(dl)
-	} else {
-		_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
+	_ = nc.SetDeadline(deadline)
+	_, old := noReady.Load(address)
+	info, err := auth.Client(nc, auth.ClientConfig{Key: key, Session: o.session, PID: os.Getpid(), Label: o.label, Ready: !old})
+	if errors.Is(err, auth.ErrNoReady) {
+		// A daemon older than the ready frame: once more without it.
+		nc.Close()
+		noReady.Store(address, true)
+		return dialOnce(ctx, address, key, o, deadline)
 	}
-	info, err := auth.Client(nc, auth.ClientConfig{Key: key, Session: o.session, PID: os.Getpid(), Label: o.label})
 	if err != nil {
 		nc.Close()
-		return nil, fmt.Errorf("handshake with %s: %w", address, err)
+		return nil, fmt.Errorf("handshake with %s: %w", address, dropped(err))
 	}
 	_ = nc.SetDeadline(time.Time{})
 	c := &Client{nc: nc, info: info, pending: make(map[uint64]chan outcome), done: make(chan struct{})}

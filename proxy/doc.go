@@ -16,6 +16,10 @@
 // is. DialEnv (env.go) finds the daemon and key from the same environment
 // variables as Python.
 //
+// Dial sends its ready frame as soon as it is connected (once more without
+// it for a daemon older than that), and retries a limit answer or a
+// handshake the daemon dropped until its context's deadline.
+//
 // An error means no effect. Every call that can block takes a
 // context.Context; a deadline is also sent as the op's timeout, so the
 // daemon ends the wait itself. When the context ends first the client

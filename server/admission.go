@@ -1,19 +1,20 @@
 package server
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
-
-	"github.com/syncmgr/syncmgr/wire"
 )
 
-// Admission of connections in the handshake (issue 12, items 3 and 11).
+// Admission of connections in the handshake (issue 12, items 3 and 11;
+// issue 22, findings 3 and 5).
 //
 // Connections that have not authenticated yet cost the daemon a goroutine
 // and a slot until their handshake deadline. To keep a flood of idle or
@@ -21,21 +22,33 @@ import (
 //
 //   - Unix-socket and TCP peers have separate budgets (MaxUnauthenticated
 //     each): no TCP peer can take a local client's slot.
-//   - A TCP source address may hold at most perSource pending handshakes;
-//     when it wants more, its own oldest pending handshake is dropped.
-//   - When a budget is full, the oldest pending handshake of the source that
-//     holds the most is dropped to make room, preferring peers that have sent
-//     nothing yet (as sshd's MaxStartups drops
-//     rather than refusing every newcomer): an honest client finishes its
-//     handshake in milliseconds and is gone from the list long before an
-//     attacker's newer connections reach it.
-//   - After failBackoffAfter failed handshakes in a row, a source (TCP
-//     address, or uid for Unix peers) is refused for a delay that doubles
-//     with each further failure (100 ms to 30 s); a success resets it.
+//   - When a budget is full, a pending handshake of the source (TCP
+//     address, or uid for Unix peers) that holds the most is dropped to
+//     make room (as sshd's MaxStartups drops rather than refusing every
+//     newcomer): a flood from one address pushes out its own pending
+//     handshakes, not another address's; there is no smaller cap per
+//     address, so
+//     the clients that share the flood's address (one host, one NAT) have
+//     the whole budget's turnover to answer in.
+//   - Which one: a handshake whose key was wrong (it waits out its
+//     penalty) first, then one whose peer has sent nothing, oldest first;
+//     one that has sent bytes goes last. Clients speak first (a ready frame
+//     as soon as they are connected, before the server's hello), and bytes
+//     already waiting in the socket count as sent (a peek); over TLS the
+//     client's TLS handshake counts. An honest client thus has sent bytes
+//     from about its first moment in the budget, and idle connections from
+//     its own address, however fast they are reopened, are dropped before
+//     it.
+//   - Wrong keys are slowed down, right keys never: after failBackoffAfter
+//     failed handshakes from a source (TCP address, or uid for Unix peers)
+//     within failForget, the answer to each further wrong key waits a
+//     delay that doubles per failure (100 ms to failBackoffMax) in its
+//     pending slot. A handshake with the right MAC is answered at once and
+//     is never refused for other handshakes' failures.
 //   - Refusals are logged at most once a second, with a count.
 type admission struct {
-	unixCap, tcpCap, perSource int
-	log                        zerolog.Logger
+	unixCap, tcpCap int
+	log             zerolog.Logger
 
 	mu      sync.Mutex
 	pending map[*conn]pendingEntry
@@ -53,6 +66,7 @@ type pendingEntry struct {
 	pool     int
 	at       time.Time
 	progress *atomic.Bool // the peer has sent handshake bytes
+	failed   *atomic.Bool // its key was wrong: it waits out its penalty
 }
 
 // progressConn marks its flag once the peer has sent anything.
@@ -92,12 +106,12 @@ const (
 
 	failBackoffAfter = 5
 	failBackoffMin   = 100 * time.Millisecond
-	failBackoffMax   = 30 * time.Second
+	failBackoffMax   = 10 * time.Second
 	failForget       = time.Minute
 )
 
 func newAdmission(budget int, log zerolog.Logger) *admission {
-	return &admission{unixCap: budget, tcpCap: budget, perSource: max(4, budget/8), log: log,
+	return &admission{unixCap: budget, tcpCap: budget, log: log,
 		pending: make(map[*conn]pendingEntry), count: make(map[string]int), fails: make(map[string]failRecord)}
 }
 
@@ -125,41 +139,32 @@ func source(nc net.Conn) (string, int) {
 	return nc.RemoteAddr().String(), poolTCP
 }
 
-// admit enters c in the handshake budget, dropping an older pending
-// handshake when the budget is full. It returns false (and has answered and
-// closed c) when c's source is backing off after failed handshakes.
-func (a *admission) admit(c *conn) bool {
+// admit enters c in the handshake budget, dropping another pending
+// handshake when the budget is full. It never refuses c: failed handshakes
+// are slowed down in penalty, not by turning newcomers away.
+func (a *admission) admit(c *conn) {
 	src, pool := source(c.nc)
-	now := time.Now()
+	e := pendingEntry{src: src, pool: pool, at: time.Now(), progress: new(atomic.Bool), failed: new(atomic.Bool)}
+	if tc, ok := c.nc.(*tls.Conn); ok {
+		if sc, ok := tc.NetConn().(*sniffConn); ok {
+			e.progress = &sc.spoke // a TLS client speaks first: its handshake counts
+		}
+	}
 	var evict []*conn
 	a.mu.Lock()
-	if f, ok := a.fails[src]; ok && f.n >= failBackoffAfter {
-		if wait := backoff(f.n) - now.Sub(f.last); wait > 0 {
-			a.mu.Unlock()
-			c.srv.cfg.Metrics.Refused(transportOf(c.nc), "backoff")
-			a.refuse(c, wire.CodeLimit, fmt.Sprintf("too many failed handshakes from this source; retry in %v", wait.Round(time.Millisecond)), src)
-			return false
-		}
-	}
-	if pool == poolTCP && a.count[src] >= a.perSource {
-		if v := a.oldestLocked(src, pool); v != nil {
-			evict = append(evict, v)
-			a.removeLocked(v)
-		}
-	}
 	capacity := a.unixCap
 	if pool == poolTCP {
 		capacity = a.tcpCap
 	}
 	for a.pools[pool] >= capacity {
-		v := a.oldestLocked(a.heaviestLocked(pool), pool)
+		v := a.victimLocked(a.heaviestLocked(pool), pool)
 		if v == nil {
 			break
 		}
 		evict = append(evict, v)
 		a.removeLocked(v)
 	}
-	a.pending[c] = pendingEntry{src: src, pool: pool, at: now, progress: new(atomic.Bool)}
+	a.pending[c] = e
 	a.count[src]++
 	a.pools[pool]++
 	a.mu.Unlock()
@@ -168,40 +173,63 @@ func (a *admission) admit(c *conn) bool {
 		v.close()
 	}
 	if len(evict) > 0 {
-		a.logRefusal("handshake budget full; dropped the oldest pending handshake", src)
+		a.logRefusal("handshake budget full; dropped a pending handshake (wrong keys and silent peers first)", src)
 	}
-	return true
 }
 
-// leave takes c out of the budget when its handshake ends; authFailed
-// counts a wrong key against its source, ok clears the source's record.
-func (a *admission) leave(c *conn, ok, authFailed bool) {
+// penalty counts a wrong key against c's source and waits, before the
+// error frame is sent, for as long as the source's failures ask (nothing
+// for the first failBackoffAfter), or until c is closed (dropped from the
+// budget, or the daemon stops). It then gives c a second to be answered.
+func (a *admission) penalty(c *conn) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	e, found := a.pending[c]
-	if found {
-		a.removeLocked(c)
-	} else {
+	if !found {
 		e.src, _ = source(c.nc)
+	} else {
+		e.failed.Store(true)
 	}
-	switch {
-	case ok:
-		delete(a.fails, e.src)
-	case authFailed:
-		f := a.fails[e.src]
-		if time.Since(f.last) > failForget {
-			f.n = 0
-		}
-		f.n++
-		f.last = time.Now()
-		a.fails[e.src] = f
-		if len(a.fails) > 4096 {
-			for k, v := range a.fails {
-				if time.Since(v.last) > backoff(v.n) {
-					delete(a.fails, k)
-				}
+	now := time.Now()
+	f := a.fails[e.src]
+	if now.Sub(f.last) > failForget {
+		f.n = 0
+	}
+	f.n++
+	f.last = now
+	a.fails[e.src] = f
+	wait := backoff(f.n)
+	if len(a.fails) > 4096 {
+		for k, v := range a.fails {
+			if now.Sub(v.last) > failForget {
+				delete(a.fails, k)
 			}
 		}
+		if len(a.fails) > 4096 { // failures from very many addresses: bound the memory, forget them
+			clear(a.fails)
+		}
+	}
+	a.mu.Unlock()
+	if wait <= 0 {
+		return
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-c.ctx.Done():
+	}
+	_ = c.nc.SetDeadline(time.Now().Add(time.Second))
+}
+
+// leave takes c out of the budget when its handshake ends. Failures were
+// counted by penalty; a success clears nothing: the source's record is
+// about wrong keys, which a right key from the same address says nothing
+// about (and which never slow a right key down).
+func (a *admission) leave(c *conn) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, found := a.pending[c]; found {
+		a.removeLocked(c)
 	}
 }
 
@@ -222,30 +250,71 @@ func (a *admission) removeLocked(c *conn) {
 	a.pools[e.pool]--
 }
 
-// oldestLocked returns the oldest pending handshake of src in pool whose
-// peer has sent nothing, else the oldest.
-func (a *admission) oldestLocked(src string, pool int) *conn {
-	var best *conn
-	var bestEntry pendingEntry
-	for c, e := range a.pending {
-		if e.src != src || e.pool != pool {
-			continue
+// victimLocked returns the pending handshake of src in pool to drop first:
+// one whose key was wrong, else the oldest whose peer has sent nothing
+// (bytes waiting in its socket count as sent: the goroutine has not read
+// them yet), else the oldest.
+func (a *admission) victimLocked(src string, pool int) *conn {
+	for {
+		var best *conn
+		var bestEntry pendingEntry
+		for c, e := range a.pending {
+			if e.src != src || e.pool != pool {
+				continue
+			}
+			if best == nil || better(e, bestEntry) {
+				best, bestEntry = c, e
+			}
 		}
-		if best == nil || better(e, bestEntry) {
-			best, bestEntry = c, e
+		if best == nil || bestEntry.failed.Load() || bestEntry.progress.Load() || !hasBytes(best.nc) {
+			return best
 		}
+		bestEntry.progress.Store(true) // it has spoken: look again
 	}
-	return best
 }
 
-// better says whether e should be dropped before f: silent before
-// answering, then older first.
+// better says whether e should be dropped before f: wrong keys first, then
+// silent before answering, then older first.
 func better(e, f pendingEntry) bool {
+	if ef, ff := e.failed.Load(), f.failed.Load(); ef != ff {
+		return ef
+	}
 	ep, fp := e.progress.Load(), f.progress.Load()
 	if ep != fp {
 		return !ep
 	}
 	return e.at.Before(f.at)
+}
+
+// hasBytes says whether the peer of nc has sent bytes the daemon has not
+// read yet (a non-blocking peek on the socket under any TLS layer).
+func hasBytes(nc net.Conn) bool {
+	for {
+		switch c := nc.(type) {
+		case *tls.Conn:
+			nc = c.NetConn()
+			continue
+		case *sniffConn:
+			nc = c.Conn
+			continue
+		}
+		break
+	}
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	got := false
+	_ = raw.Control(func(fd uintptr) {
+		var b [1]byte
+		n, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		got = err == nil && n > 0
+	})
+	return got
 }
 
 // heaviestLocked returns the source with the most pending handshakes in pool.
@@ -274,15 +343,6 @@ func (a *admission) pendingCount() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return len(a.pending)
-}
-
-// refuse answers a connection that was not admitted with an error frame
-// (the client reports it, e.g. "server busy") and closes it.
-func (a *admission) refuse(c *conn, code wire.Code, msg, src string) {
-	_ = c.nc.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
-	c.writeHandshakeError(code, msg)
-	c.close()
-	a.logRefusal(msg, src)
 }
 
 // logRefusal logs at most one line a second, counting the others.

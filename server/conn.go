@@ -106,8 +106,7 @@ func (c *conn) serve() {
 	peer, err := c.handshake()
 	stop()
 	c.srv.unauth.Add(-1)
-	var he *auth.HandshakeError
-	c.srv.adm.leave(c, err == nil, errors.As(err, &he) && he.Code == wire.CodeAuthFailed)
+	c.srv.adm.leave(c)
 	if err != nil {
 		c.log.Debug().Err(err).Msg("handshake failed")
 		c.countHandshakeFailure(err)
@@ -164,7 +163,8 @@ func (c *conn) handshake() (*auth.Peer, error) {
 	}
 	_ = c.nc.SetDeadline(time.Now().Add(c.srv.cfg.HandshakeTimeout))
 	peer, err := auth.Server(c.srv.adm.watch(c), auth.ServerConfig{Key: c.srv.cfg.Key, MaxFrame: c.srv.cfg.MaxFrame,
-		Server: "syncmgr " + Version, BootID: c.srv.bootID, PID: os.Getpid(), ConnID: c.id, RunID: c.srv.runID})
+		Server: "syncmgr " + Version, BootID: c.srv.bootID, PID: os.Getpid(), ConnID: c.id, RunID: c.srv.runID,
+		Penalty: func() { c.srv.adm.penalty(c) }})
 	if err != nil {
 		var he *auth.HandshakeError
 		if errors.As(err, &he) && he.Code == wire.CodeAuthFailed {
@@ -205,13 +205,26 @@ func (c *conn) countHandshakeFailure(err error) {
 	}
 }
 
+// writeHandshakeError answers a connection refused before its challenge.
+// A limit answer carries a retry hint (clients retry within their connect
+// timeout). What the client sent first (its ready frame) is read away, so
+// that closing does not reset the connection under the answer.
 func (c *conn) writeHandshakeError(code wire.Code, msg string) {
-	b, err := wire.Marshal(auth.ErrorMsg{T: "error", Code: string(code), Message: msg})
+	em := auth.ErrorMsg{T: "error", Code: string(code), Message: msg}
+	if code == wire.CodeLimit {
+		em.RetryAfter = limitRetryAfter.Seconds()
+	}
+	b, err := wire.Marshal(em)
 	if err == nil {
 		_ = c.nc.SetWriteDeadline(time.Now().Add(time.Second))
 		_ = wire.WriteFrame(c.nc, b)
 	}
+	_ = c.nc.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+	_, _ = io.Copy(io.Discard, io.LimitReader(c.nc, wire.HandshakeMaxFrame))
 }
+
+// limitRetryAfter is the hint sent with a limit answer in the handshake.
+const limitRetryAfter = 100 * time.Millisecond
 
 // checkPeer names the client for per-client caps and refuses Unix peers
 // running as another user unless allowed. A Unix peer is its uid and pid

@@ -25,4 +25,10 @@
 //
 // A frame over --max-frame after the handshake is answered too_large under
 // its request id and skipped (conn.skipOversized); the session lives on.
+//
+// Connections in the handshake are admitted by admission.go: a budget per
+// transport from which the busiest source's wrong keys, then its silent
+// peers, are dropped first (clients speak first, so an honest one is seldom
+// silent); wrong keys are answered late, after a back-off per source, and a
+// right key is never refused or slowed for others' failures.
 package server

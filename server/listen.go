@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -168,10 +169,11 @@ func ensurePrivateDir(dir string, opts UnixOptions) error {
 }
 
 // ListenTCP listens on a TCP address, wrapped in TLS when cfg is not nil.
-// On a TLS port, a peer that has sent nothing after TLSSilence is taken for
-// a plaintext syncmgr client (which waits for the server's hello, where a
-// TLS client speaks first): it gets a plaintext handshake error frame that
-// says the port needs TLS, instead of a silent timeout.
+// On a TLS port, a peer whose first bytes are not a TLS handshake record
+// (a plaintext syncmgr client's ready frame), or that has sent nothing
+// after TLSSilence (an older plaintext client waiting for the server's
+// hello), is told in a plaintext handshake error frame that the port needs
+// TLS, instead of a TLS alert or a silent timeout.
 func ListenTCP(addr string, cfg *tls.Config) (net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -202,7 +204,8 @@ func (l sniffListener) Accept() (net.Conn, error) {
 type sniffConn struct {
 	net.Conn
 	first  bool
-	readDL time.Time // the read deadline the TLS server asked for
+	readDL time.Time   // the read deadline the TLS server asked for
+	spoke  atomic.Bool // the peer has sent bytes (its TLS handshake): see admission
 }
 
 func (c *sniffConn) SetDeadline(t time.Time) error {
@@ -217,7 +220,11 @@ func (c *sniffConn) SetReadDeadline(t time.Time) error {
 
 func (c *sniffConn) Read(b []byte) (int, error) {
 	if c.first {
-		return c.Conn.Read(b)
+		n, err := c.Conn.Read(b)
+		if n > 0 {
+			c.spoke.Store(true)
+		}
+		return n, err
 	}
 	c.first = true
 	dl := time.Now().Add(TLSSilence)
@@ -227,17 +234,22 @@ func (c *sniffConn) Read(b []byte) (int, error) {
 	_ = c.Conn.SetReadDeadline(dl)
 	n, err := c.Conn.Read(b)
 	_ = c.Conn.SetReadDeadline(c.readDL)
-	if n == 0 && err != nil {
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
-			if frame, merr := wire.Marshal(auth.ErrorMsg{T: "error", Code: string(wire.CodeBadRequest),
-				Message: "this port requires TLS: the client connected without it (give the client the CA: $SYNCMGR_TLS_CA, or its TLS options)"}); merr == nil {
-				_ = c.Conn.SetWriteDeadline(time.Now().Add(time.Second))
-				_ = wire.WriteFrame(c.Conn, frame)
-			}
-			return 0, errors.New("a plaintext client on a TLS port")
+	var ne net.Error
+	switch {
+	case n == 0 && err != nil && errors.As(err, &ne) && ne.Timeout(), // silent: an older client waiting for the hello
+		n > 0 && b[0] != tlsHandshakeRecord: // a syncmgr frame (the client's ready), not a TLS ClientHello
+		if frame, merr := wire.Marshal(auth.ErrorMsg{T: "error", Code: string(wire.CodeBadRequest),
+			Message: "this port requires TLS: the client connected without it (give the client the CA: $SYNCMGR_TLS_CA, or its TLS options)"}); merr == nil {
+			_ = c.Conn.SetWriteDeadline(time.Now().Add(time.Second))
+			_ = wire.WriteFrame(c.Conn, frame)
 		}
-		return n, err
+		return 0, errors.New("a plaintext client on a TLS port")
+	}
+	if n > 0 {
+		c.spoke.Store(true)
 	}
 	return n, err
 }
+
+// tlsHandshakeRecord is the first byte of a TLS client's first record.
+const tlsHandshakeRecord = 0x16

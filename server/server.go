@@ -143,9 +143,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		}
 		backoff = 0
 		c := s.newConn(nc)
-		if !s.adm.admit(c) { // see admission.go
-			continue
-		}
+		s.adm.admit(c) // see admission.go
 		s.unauth.Add(1)
 		// wg.Add under mu, after checking closing: Shutdown sets closing
 		// before it takes mu and later waits on wg, so no Add can race
@@ -154,7 +152,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		if s.closing.Load() {
 			s.mu.Unlock()
 			s.unauth.Add(-1)
-			s.adm.leave(c, false, false)
+			s.adm.leave(c)
 			nc.Close()
 			return nil
 		}

@@ -127,14 +127,36 @@ func TestConnCapCountsByPeer(t *testing.T) {
 	for i := 0; i < 4; i++ {
 		cs = append(cs, openEventually(t, ctx, d))
 	}
-	if _, err := openPinged(ctx, d); code(err) != wire.CodeLimit {
-		t.Fatalf("fifth connection: %v, want limit", err)
+	short, cancelShort := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancelShort()
+	if _, err := openPinged(short, d); code(err) != wire.CodeLimit {
+		t.Fatalf("fifth connection: %v, want limit (after retrying until its deadline)", err)
 	}
 	if got := otherProcess(t, d, "x"); got != "ok" {
 		t.Fatalf("another process: %s", got)
 	}
+	// Issue 22, finding 3: Dial retries a limit answer within its deadline,
+	// so a fifth connection asked for now gets in once one of the four goes.
+	type result struct {
+		c   *proxy.Client
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		c, err := openPinged(ctx, d)
+		got <- result{c, err}
+	}()
+	select {
+	case r := <-got:
+		t.Fatalf("a fifth connection got an answer while four were open: %v", r.err)
+	case <-time.After(500 * time.Millisecond): // it is retrying
+	}
 	cs[0].Close()
-	openEventually(t, ctx, d)
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("the retried connection: %v", r.err)
+	}
+	r.c.Close()
 }
 
 // TestConnCapCountsTCPBySourceAddress: over TCP a peer is its source

@@ -21,6 +21,7 @@ import hmac
 import itertools
 import logging
 import os
+import re
 import socket
 import ssl
 import stat
@@ -196,13 +197,17 @@ def _same_address(a: str, b: str) -> bool:
 
 def key_file_beside(address: str) -> Optional[bytes]:
     """The key in the 0600 ``syncmgr.key`` beside a Unix socket (written by an
-    embedded daemon's manager), or None. The file must be a regular file of
-    this uid, readable by nobody else, and is opened without following a
-    symlink."""
+    embedded daemon's manager), or None (see read_key_file)."""
     if address.startswith("tcp://"):
         return None
     path = address[len("unix://"):] if address.startswith("unix://") else address
-    kpath = os.path.join(os.path.dirname(os.path.abspath(path)), "syncmgr.key")
+    return read_key_file(os.path.join(os.path.dirname(os.path.abspath(path)), "syncmgr.key"))
+
+
+def read_key_file(kpath: str) -> Optional[bytes]:
+    """The hex key in the file kpath, or None. The file must be a regular
+    file of this uid, readable by nobody else, and is opened without
+    following a symlink."""
     try:
         fd = os.open(kpath, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
@@ -265,9 +270,14 @@ def get_client(address: str, authkey: Optional[bytes] = None, ssl_context: Optio
 class Connection:
     """One authenticated socket to the daemon."""
 
-    def __init__(self, address: str, key: bytes, session: bytes, ssl_context: Optional[ssl.SSLContext] = None) -> None:
+    def __init__(self, address: str, key: bytes, session: bytes, ssl_context: Optional[ssl.SSLContext] = None,
+                 retry: bool = True) -> None:
+        """Connect and authenticate. With retry, a ``limit`` answer (the
+        daemon's connection caps) and a connection the daemon drops during
+        the handshake (its handshake budget is full) are tried again, after
+        the daemon's retry hint or a short growing pause, within
+        CONNECT_TIMEOUT; a wrong key is never tried again."""
         self.address = address
-        self.sock = _connect(address, ssl_context)
         self.max_frame = 64 << 20
         self.boot_id = ""
         self.run_id = ""
@@ -275,16 +285,37 @@ class Connection:
         self.last_used = 0.0
         self._rbuf = bytearray(256 << 10)
         self._rview = memoryview(self._rbuf)
-        self._rstart = self._rend = 0
-        try:
-            self._handshake(key, session)
-        except BaseException:
-            self.close()
-            raise
+        deadline = time.monotonic() + CONNECT_TIMEOUT
+        pause = 0.01
+        while True:
+            self._rstart = self._rend = 0
+            self.closed = False
+            self.sock = _connect(address, ssl_context)
+            try:
+                self._handshake(key, session, address not in _no_ready, deadline)
+                return
+            except _NoReady:
+                self.close()
+                _no_ready.add(address)  # a daemon older than the ready frame: once more without it
+                continue
+            except (exc.LimitError, _HandshakeDropped) as e:
+                self.close()
+                wait = getattr(e, "retry_after", 0.0) or pause
+                pause = min(2 * pause, 0.5)
+                if not retry or time.monotonic() + wait >= deadline:
+                    raise
+                time.sleep(wait)
+            except BaseException:
+                self.close()
+                raise
 
-    def _handshake(self, key: bytes, session: bytes) -> None:
-        self.sock.settimeout(CONNECT_TIMEOUT)
+    def _handshake(self, key: bytes, session: bytes, ready: bool, deadline: float) -> None:
+        self.sock.settimeout(max(deadline - time.monotonic(), 0.001))
         try:
+            if ready:
+                # Speak first: the daemon then knows at once that this is a
+                # client at work, not an idle connection holding a slot.
+                self._send([frame(packb({"t": "ready"}))])
             hello = msgpack.unpackb(self._recv_frame(_HANDSHAKE_MAX), raw=False)
             if isinstance(hello, dict) and hello.get("t") == "error":
                 self._refused(hello)
@@ -295,6 +326,8 @@ class Connection:
                     f"syncmgr at {self.address} speaks protocol versions {hello.get('versions')}, "
                     f"this client {PROTOCOL_VERSION}"
                 )
+            if ready and not hello.get("ready"):
+                raise _NoReady()
             ns = hello["nonce"]
             nc = os.urandom(32)
             self.max_frame = int(hello.get("max_frame", self.max_frame))
@@ -312,10 +345,10 @@ class Connection:
                 raise exc.AuthenticationError(f"the server at {self.address} did not prove it knows the authkey")
             self.boot_id = welcome.get("boot_id", "")
             self.run_id = str(welcome.get("run", ""))
-        except exc.ServerGoneError as e:
+        except (exc.ServerGoneError, ConnectionResetError, BrokenPipeError) as e:
             # Closed before the handshake ended: the daemon dropped us to make
             # room (too many connections in the handshake) or is stopping.
-            raise exc.ConnectError(
+            raise _HandshakeDropped(
                 f"syncmgr at {self.address} closed the connection during the handshake: the server is busy "
                 "(too many connections waiting to authenticate) or shutting down; try again"
             ) from e
@@ -329,7 +362,9 @@ class Connection:
         code, message = msg.get("code", ""), msg.get("message", "")
         if code == "auth_failed":
             raise exc.AuthenticationError(f"syncmgr at {self.address} refused this client: {message}")
-        raise exc.from_code(code, f"syncmgr at {self.address}: {message}")
+        e = exc.from_code(code, f"syncmgr at {self.address}: {message}")
+        e.retry_after = _retry_hint(msg)  # type: ignore[attr-defined]
+        raise e
 
     def _send(self, buffers: list[Any]) -> None:
         if len(buffers) == 1:
@@ -418,6 +453,32 @@ def _alive(sock: socket.socket) -> bool:
         return True
     except (OSError, ValueError):
         return False
+
+
+class _NoReady(Exception):
+    """The daemon does not read a ready frame (it is older than it)."""
+
+
+class _HandshakeDropped(exc.ConnectError):
+    """The daemon closed the connection during the handshake."""
+
+
+_no_ready: set[str] = set()  # addresses of daemons that do not read a ready frame
+_RETRY_IN = re.compile(r"retry in ([0-9.]+)(ms|s)\b")
+
+
+def _retry_hint(msg: dict[str, Any]) -> float:
+    """The daemon's retry hint in seconds (capped at 5 s): the error frame's
+    retry_after, else a "retry in 54ms" in an older daemon's message."""
+    try:
+        hint = float(msg.get("retry_after") or 0.0)
+    except (TypeError, ValueError):
+        hint = 0.0
+    if hint <= 0:
+        m = _RETRY_IN.search(str(msg.get("message", "")))
+        if m:
+            hint = float(m.group(1)) / (1000.0 if m.group(2) == "ms" else 1.0)
+    return min(max(hint, 0.0), 5.0)
 
 
 def _check_server_uid(sock: socket.socket, address: str) -> None:
@@ -513,25 +574,37 @@ class Client:
     def _take(self) -> Connection:
         # (A forked child has already dropped its parent's connections: see
         # _after_fork_in_child.)
+        deadline = time.monotonic() + CONNECT_TIMEOUT
+        pause = 0.01
         while True:
-            with self._lock:
-                if not self._pool:
-                    break
-                conn = self._pool.pop()
-            if time.monotonic() - conn.last_used < _IDLE_CHECK or _alive(conn.sock):
-                return conn
-            conn.close()  # the daemon closed it (e.g. it restarted): the others are stale too
-            self.close()
-            if not self._lost:
-                _log.info("syncmgr at %s closed idle connections (restarted?); reconnecting", self.address)
-                self._lost = True
-        try:
-            conn = Connection(self.address, self._key, _session_id, self._ssl)
-        except exc.ConnectError as e:
-            if self._connected_once:  # it was there before: the daemon is gone
-                _log.warning("syncmgr daemon at %s is gone: %s", self.address, e)
-                raise exc.ServerGoneError(f"the syncmgr daemon at {self.address} is gone: {e}") from e
-            raise
+            while True:
+                with self._lock:
+                    if not self._pool:
+                        break
+                    conn = self._pool.pop()
+                if time.monotonic() - conn.last_used < _IDLE_CHECK or _alive(conn.sock):
+                    return conn
+                conn.close()  # the daemon closed it (e.g. it restarted): the others are stale too
+                self.close()
+                if not self._lost:
+                    _log.info("syncmgr at %s closed idle connections (restarted?); reconnecting", self.address)
+                    self._lost = True
+            try:
+                conn = Connection(self.address, self._key, _session_id, self._ssl, retry=False)
+                break
+            except (exc.LimitError, _HandshakeDropped) as e:
+                # The daemon's caps or its handshake budget: try again (a
+                # connection of ours may come back to the pool meanwhile).
+                wait = getattr(e, "retry_after", 0.0) or pause
+                pause = min(2 * pause, 0.5)
+                if time.monotonic() + wait >= deadline:
+                    raise
+                time.sleep(wait)
+            except exc.ConnectError as e:
+                if self._connected_once:  # it was there before: the daemon is gone
+                    _log.warning("syncmgr daemon at %s is gone: %s", self.address, e)
+                    raise exc.ServerGoneError(f"the syncmgr daemon at {self.address} is gone: {e}") from e
+                raise
         if not self._connected_once:
             _log.debug("connected to syncmgr at %s (pid %d)", self.address, os.getpid())
         elif self._lost:

@@ -32,6 +32,7 @@ import logging
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import threading
@@ -40,7 +41,7 @@ from typing import IO, Optional
 
 from . import exceptions as exc
 
-__all__ = ["KEY_FILE", "PrivateDaemon", "find_binary"]
+__all__ = ["KEY_FILE", "PrivateDaemon", "find_binary", "private_dir", "sweep_dead_dirs", "write_key_file"]
 
 KEY_FILE = "syncmgr.key"
 SOCKET_FILE = "syncmgr.sock"
@@ -80,11 +81,91 @@ def _is_elf(path: str) -> bool:
         return False
 
 
-def _private_dir() -> str:
+OWNER_FILE = "owner"  # "<pid> <start time>" of the process that made a private directory
+LOCK_FILE = SOCKET_FILE + ".lock"  # held by the daemon for as long as it listens
+
+
+def private_dir(prefix: str = "syncmgr-") -> str:
+    """A fresh 0700 directory under the temporary directory, recorded as
+    this process's (its owner file). Dead runs' directories are swept first
+    (sweep_dead_dirs)."""
     base = tempfile.gettempdir()
     if len(os.path.join(base, "syncmgr-xxxxxxxx", SOCKET_FILE)) > _SUN_PATH_MAX:
         base = "/tmp"
-    return tempfile.mkdtemp(prefix="syncmgr-", dir=base)  # mode 0700
+    sweep_dead_dirs(base)
+    d = tempfile.mkdtemp(prefix=prefix, dir=base)  # mode 0700
+    fd = os.open(os.path.join(d, OWNER_FILE), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(f"{os.getpid()} {_start_time(os.getpid())}\n")
+    return d
+
+
+def _start_time(pid: int) -> Optional[int]:
+    """pid's start time (clock ticks after boot, /proc/<pid>/stat field 22),
+    or None when no such process runs (a zombie counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            rest = f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    if len(rest) < 20 or rest[0] in (b"Z", b"X"):
+        return None
+    return int(rest[19])
+
+
+def sweep_dead_dirs(base: str) -> list[str]:
+    """Remove the private directories of dead runs under base, and return
+    them: only directories named syncmgr-*, of this uid, mode 0700, with an
+    owner file of this uid naming a process that no longer runs (its pid is
+    gone, a zombie, or now another process: the start time differs), and
+    whose socket lock no daemon holds. A directory without an owner file is
+    never touched."""
+    import fcntl
+
+    swept = []
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return swept
+    for name in names:
+        if not name.startswith("syncmgr-"):
+            continue
+        path = os.path.join(base, name)
+        try:
+            st = os.lstat(path)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+                continue
+            fd = os.open(os.path.join(path, OWNER_FILE), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            ost = os.fstat(fd)
+            words = os.read(fd, 100).split() if stat.S_ISREG(ost.st_mode) and ost.st_uid == os.getuid() else []
+        finally:
+            os.close(fd)
+        try:
+            pid, start = int(words[0]), int(words[1])
+        except (IndexError, ValueError):
+            continue
+        if _start_time(pid) == start:
+            continue  # its owner runs
+        try:
+            lfd = os.open(os.path.join(path, LOCK_FILE), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            lfd = -1
+        except OSError:
+            continue
+        if lfd >= 0:
+            try:
+                fcntl.flock(lfd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # a daemon still listens there (it exits with its parent): next time
+            finally:
+                os.close(lfd)
+        shutil.rmtree(path, ignore_errors=True)
+        swept.append(path)
+    return swept
 
 
 def write_key_file(directory: str, key: bytes) -> str:
@@ -120,17 +201,23 @@ class PrivateDaemon:
         self.log_level = log_level
         self.exit_with_parent = exit_with_parent
         self.forward_log = forward_log
-        self.dir = _private_dir()
+        self.dir = private_dir()
         self.address = os.path.join(self.dir, SOCKET_FILE)
         self.log = os.path.join(self.dir, LOG_FILE)
         self.proc: Optional[subprocess.Popen[bytes]] = None
         self._tail: collections.deque[str] = collections.deque(maxlen=200)
         self._pump: Optional[threading.Thread] = None
+        self.key_file = key_file
         if key_file:
             write_key_file(self.dir, self.key)
 
     def env(self) -> dict[str, str]:
-        """The variables that let another process reach this daemon."""
+        """The variables that let another process reach this daemon: its
+        address and the key file beside its socket (the key itself only
+        when there is no key file)."""
+        kf = os.path.join(self.dir, KEY_FILE)
+        if self.key_file:
+            return {"SYNCMGR_ADDRESS": self.address, "SYNCMGR_AUTHKEY_FILE": kf}
         return {"SYNCMGR_ADDRESS": self.address, "SYNCMGR_AUTHKEY": self.key.hex()}
 
     def start(self, timeout: float = 15.0) -> PrivateDaemon:

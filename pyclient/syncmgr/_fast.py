@@ -104,7 +104,8 @@ class FastPath:
         self.pid = os.getpid()
         self.client = client
         self.handles: weakref.WeakSet[_Handle] = weakref.WeakSet()  # the handles using this mapping
-        self.anchor = _connection.Connection(client.address, client._key, _connection._session_id, None)
+        # No retry here: a refused attach is tried again later (path_for).
+        self.anchor = _connection.Connection(client.address, client._key, _connection._session_id, None, retry=False)
         try:
             info, fds = self._attach()
             try:
@@ -197,7 +198,9 @@ class FastPath:
 
 _paths: dict[int, Optional[FastPath]] = {}
 _paths_lock = threading.Lock()
+_retry: dict[int, tuple[float, float]] = {}  # id(client) -> (when to try attaching again, pause)
 reasons: dict[str, str] = {}  # address -> why the fast path is off (for tests and debugging)
+_RETRY_FIRST, _RETRY_MAX = 0.5, 30.0
 
 
 def _after_fork_in_child() -> None:
@@ -207,6 +210,7 @@ def _after_fork_in_child() -> None:
             fp.ok = False
             fp.seg.invalidate()  # the parent's slot is not ours
     _paths.clear()
+    _retry.clear()
     _paths_lock = threading.Lock()
 
 
@@ -215,22 +219,35 @@ if hasattr(os, "register_at_fork"):
 
 
 def path_for(client: Client) -> Optional[FastPath]:
-    """This process's fast path to client's daemon, or None."""
+    """This process's fast path to client's daemon, or None. A failed
+    attach (the daemon busy, out of slots) is not kept for the client's
+    life: it is tried again after a pause that doubles per failure
+    (0.5 s to 30 s)."""
     key = id(client)
     fp = _paths.get(key, False)
     if fp is not False:
         return fp  # type: ignore[return-value]
+    r = _retry.get(key)
+    if r is not None and time.monotonic() < r[0]:
+        return None
     with _paths_lock:
         if key in _paths:
             return _paths[key]
-        fp = None
+        r = _retry.get(key)
+        if r is not None and time.monotonic() < r[0]:
+            return None
         if client.address.startswith("tcp://"):
             reasons[client.address] = "not a Unix socket"
-        else:
-            try:
-                fp = FastPath(client)
-            except (exc.SyncMgrError, OSError, ValueError) as e:
-                reasons[client.address] = str(e)
+            _paths[key] = None
+            return None
+        try:
+            fp = FastPath(client)
+        except (exc.SyncMgrError, OSError, ValueError) as e:
+            reasons[client.address] = str(e)
+            pause = min(2 * r[1], _RETRY_MAX) if r is not None else _RETRY_FIRST
+            _retry[key] = (time.monotonic() + pause, pause)
+            return None
+        _retry.pop(key, None)
         _paths[key] = fp
         return fp
 

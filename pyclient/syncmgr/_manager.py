@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import shutil
 import ssl
 from typing import Any, Optional, Union
 
@@ -16,8 +17,17 @@ from . import _containers, _fast
 from . import _proxies as px
 from . import exceptions as exc
 from . import shared_memory as shm
-from ._connection import TLS_ENV, Client, default_address, get_client, key_for, normalize_address, set_label
-from ._daemon import PrivateDaemon, find_binary
+from ._connection import (
+    TLS_ENV,
+    Client,
+    default_address,
+    get_client,
+    key_for,
+    normalize_address,
+    read_key_file,
+    set_label,
+)
+from ._daemon import KEY_FILE, PrivateDaemon, find_binary, private_dir, write_key_file
 
 __all__ = ["Manager", "connect", "find_binary"]
 
@@ -30,8 +40,9 @@ class Manager:
     process dies) stops it and everything it owns. Child processes find its
     key by the address their proxies name (the key file beside its socket);
     if ``SYNCMGR_ADDRESS`` is not set yet, the manager also exports
-    ``SYNCMGR_ADDRESS`` and ``SYNCMGR_AUTHKEY`` for ``syncmgr.connect()`` in
-    children, and removes them at shutdown only if they are still its own.
+    ``SYNCMGR_ADDRESS`` and ``SYNCMGR_AUTHKEY_FILE`` (``SYNCMGR_AUTHKEY``
+    when that is set already) for ``syncmgr.connect()`` in children, and
+    removes them at shutdown only if they are still its own.
     ``Manager(address, authkey)`` uses a running daemon instead.
     """
 
@@ -49,6 +60,7 @@ class Manager:
         self._daemon: Optional[PrivateDaemon] = None
         self._exported: Optional[dict[str, str]] = None
         self._client: Optional[Client] = None
+        self._own_key_dir: Optional[str] = None  # a key file written for runtime_env()
         self._state = "initial"
 
     # --- lifecycle -----------------------------------------------------------
@@ -81,12 +93,17 @@ class Manager:
         self._address = d.address
         self._authkey = d.key
         if not os.environ.get("SYNCMGR_ADDRESS"):
-            self._exported = d.env()
+            self._exported = d.env()  # the address and the key file
+            if "SYNCMGR_AUTHKEY" in os.environ:  # it would win over the file: replace it
+                self._exported = {"SYNCMGR_ADDRESS": d.address, "SYNCMGR_AUTHKEY": d.key.hex()}
             os.environ.update(self._exported)
         atexit.register(self.shutdown)
 
     def shutdown(self) -> None:
         """Stop the embedded daemon (a connected manager just closes its connections)."""
+        if self._own_key_dir is not None:
+            shutil.rmtree(self._own_key_dir, ignore_errors=True)
+            self._own_key_dir = None
         if self._state != "started":
             self._state = "shutdown"
             return
@@ -140,11 +157,38 @@ class Manager:
         return self._daemon.pid if self._daemon is not None else None
 
     def runtime_env(self) -> dict[str, Any]:
-        """A Ray runtime_env that lets workers reach this daemon."""
+        """A Ray runtime_env that lets workers reach this daemon: its address,
+        ``SYNCMGR_AUTHKEY_FILE`` naming a 0600 file that holds the key, and
+        the TLS settings set here. Never the key itself: Ray shows a job's
+        runtime_env in its dashboard, Jobs API and ``ray list runtime-envs``.
+
+        The file is the embedded daemon's ``syncmgr.key``, else the file
+        ``$SYNCMGR_AUTHKEY_FILE`` or the one beside the socket when it holds
+        this key, else one this manager writes (0600, in a private directory
+        of this host, removed at shutdown). Workers on other hosts need the
+        file at the same path there (docs/ray.md)."""
         key = self._authkey if self._authkey is not None else key_for(self.address)
-        env = {"SYNCMGR_ADDRESS": self.address, "SYNCMGR_AUTHKEY": key.hex()}
+        env = {"SYNCMGR_ADDRESS": self.address, "SYNCMGR_AUTHKEY_FILE": self._key_file(key)}
         env.update({k: os.environ[k] for k in TLS_ENV if os.environ.get(k)})  # TLS settings, when set here
         return {"env_vars": env}
+
+    def _key_file(self, key: bytes) -> str:
+        """A 0600 file holding key, for workers (see runtime_env)."""
+        cands = []
+        if self._daemon is not None:
+            cands.append(os.path.join(self._daemon.dir, KEY_FILE))
+        if os.environ.get("SYNCMGR_AUTHKEY_FILE"):
+            cands.append(os.path.abspath(os.environ["SYNCMGR_AUTHKEY_FILE"]))
+        if not self.address.startswith("tcp://"):
+            path = self.address[len("unix://"):] if self.address.startswith("unix://") else self.address
+            cands.append(os.path.join(os.path.dirname(os.path.abspath(path)), KEY_FILE))
+        if self._own_key_dir is not None:
+            cands.append(os.path.join(self._own_key_dir, KEY_FILE))
+        for c in cands:
+            if read_key_file(c) == key:
+                return c
+        self._own_key_dir = private_dir("syncmgr-key-")
+        return write_key_file(self._own_key_dir, key)
 
     def _c(self) -> Client:
         if self._state == "initial":

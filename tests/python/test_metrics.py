@@ -152,7 +152,8 @@ def test_connections_and_handshake_failures_by_transport():
         m.Event().set()
         with pytest.raises(syncmgr.AuthenticationError):
             syncmgr.connect(tcp, b"not the key").Event()
-        _, _, text = _get(base + "/metrics")
+        # (The daemon counts the failure just after sending its answer.)
+        text = _metrics_once(base, 'syncmgr_handshake_failures_total{reason="auth",transport="tcp"}', 1)
         assert _value(text, 'syncmgr_connections{transport="tcp"}') == 1
         assert _value(text, 'syncmgr_connections_total{transport="tcp"}') == 1
         assert _value(text, 'syncmgr_handshake_failures_total{reason="auth",transport="tcp"}') == 1

@@ -5,8 +5,9 @@ addresses that exist only inside them) stand for two nodes of a Ray cluster.
 The daemon listens on the head's address with ``--tcp`` and TLS. A head
 process creates one object of every kind and pickles the proxies; a worker
 process on the other "host" gets its address and key from the head's
-``runtime_env()`` (as Ray's ``env_vars`` would give them), a second one from
-``SYNCMGR_ADDRESS`` and a key file named by ``SYNCMGR_AUTHKEY_FILE``; both unpickle the
+``runtime_env()`` (as Ray's ``env_vars`` would give them: the address, a key
+file's path and the TLS CA), a second one from ``SYNCMGR_ADDRESS``, a key file
+named by ``SYNCMGR_AUTHKEY_FILE`` and ``SYNCMGR_TLS_CA``; both unpickle the
 proxies, uses every kind, meets the head at a Barrier, and gets
 ``SharedMemoryHostError`` for a segment. The worker also has its own boot id
 and its own ``/dev/shm`` (a private mount namespace), as another machine
@@ -96,12 +97,12 @@ def hosts() -> Iterator[Hosts]:
 
 
 HEAD = r"""
-import json, os, pickle, ssl, sys
+import json, os, pickle, sys
 import syncmgr
 
 addr, key, cafile, out = sys.argv[1], bytes.fromhex(os.environ.pop("TEST_KEY")), sys.argv[2], sys.argv[3]
-ctx = ssl.create_default_context(cafile=cafile)
-m = syncmgr.connect(addr, key, ssl_context=ctx)
+assert os.environ["SYNCMGR_TLS_CA"] == cafile   # TLS from the environment, as in docs/ray.md
+m = syncmgr.connect(addr, key)
 objs = {
     "lock": m.Lock(), "rlock": m.RLock(), "sem": m.Semaphore(2), "bsem": m.BoundedSemaphore(1),
     "event": m.Event(), "cond": m.Condition(), "barrier": m.Barrier(3), "value": m.Value("i", 10),
@@ -114,7 +115,8 @@ seg.buf[:4] = b"head"
 objs["segment"] = seg.name
 with open(out, "wb") as f:
     pickle.dump(objs, f)
-# What Ray's runtime_env would carry to the worker: address and key only.
+# What Ray's runtime_env would carry to the worker: the address, the path of
+# a key file (never the key) and the TLS settings.
 print(json.dumps(m.runtime_env()), flush=True)
 objs["barrier"].wait(timeout=60)            # both workers have done their part
 o = objs
@@ -134,14 +136,14 @@ print("head: every effect of the worker seen", flush=True)
 """
 
 WORKER = r"""
-import os, pickle, ssl, sys, threading
+import os, pickle, sys, threading
 import syncmgr
 
 cafile, blob = sys.argv[1], sys.argv[2]
 assert os.environ["SYNCMGR_ADDRESS"].startswith("tcp://"), "address comes from the environment"
-# TLS settings do not come from the environment yet: the worker's first
-# connection to the address carries the context; unpickled proxies reuse it.
-m = syncmgr.connect(ssl_context=ssl.create_default_context(cafile=cafile))
+# Address, key file and TLS settings all come from the environment.
+assert os.environ["SYNCMGR_TLS_CA"] == cafile and "SYNCMGR_AUTHKEY" not in os.environ
+m = syncmgr.connect()
 with open(blob, "rb") as f:
     o = pickle.load(f)
 assert o["lock"].acquire(timeout=10); o["lock"].release()
@@ -198,12 +200,15 @@ def test_two_hosts_over_tcp_and_tls(hosts: Hosts) -> None:
         blob = os.path.join(hosts.dir, "proxies.pickle")
         head = subprocess.Popen(
             _netns(hosts.head, sys.executable, "-c", HEAD, ADDRESS, hosts.cert, blob),
-            env=dict(env, TEST_KEY=key.hex(), PYTHONPATH=pypath), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            env=dict(env, TEST_KEY=key.hex(), PYTHONPATH=pypath, SYNCMGR_TLS_CA=hosts.cert), stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
             text=True)
         procs.append(head)
         first = _readline_or_fail(head, daemon, hosts)
         runtime_env = json.loads(first)
         assert runtime_env["env_vars"]["SYNCMGR_ADDRESS"] == ADDRESS
+        assert runtime_env["env_vars"]["SYNCMGR_TLS_CA"] == hosts.cert
+        assert "SYNCMGR_AUTHKEY" not in runtime_env["env_vars"] and key.hex() not in first
 
         # Another "host": its own network namespace, boot id and /dev/shm.
         boot = os.path.join(hosts.dir, "boot_id")
@@ -212,14 +217,14 @@ def test_two_hosts_over_tcp_and_tls(hosts: Hosts) -> None:
         other_host = ("mount --bind \"$0\" /proc/sys/kernel/random/boot_id && "
                       "mount -t tmpfs -o size=1m,mode=1777 tmpfs /dev/shm && exec \"$@\"")
         base = {"PATH": env.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": pypath}
-        # Worker 1: the runtime_env's variables as they are (address and hex key).
+        # Worker 1: the runtime_env's variables as they are (address, key file, CA).
         # Worker 2: the recipe of docs/ray.md, the key in a 0400 file on the node.
         keyfile = os.path.join(hosts.dir, "authkey")
         with open(os.open(keyfile, os.O_WRONLY | os.O_CREAT, 0o400), "w") as f:
             f.write(key.hex() + "\n")
         envs = [{**base, **runtime_env["env_vars"]},
                 {**base, "SYNCMGR_ADDRESS": runtime_env["env_vars"]["SYNCMGR_ADDRESS"],
-                 "SYNCMGR_AUTHKEY_FILE": keyfile}]
+                 "SYNCMGR_AUTHKEY_FILE": keyfile, "SYNCMGR_TLS_CA": hosts.cert}]
         workers = [subprocess.Popen(
             _netns(hosts.worker, "unshare", "--mount", "--propagation", "private", "sh", "-c", other_host, boot,
                    sys.executable, "-c", WORKER, hosts.cert, blob),

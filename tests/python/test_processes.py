@@ -224,13 +224,15 @@ def test_embedded_manager():
     with syncmgr.Manager() as m:
         assert m  # (whether it exports SYNCMGR_ADDRESS depends on the environment: test_managers.py)
         env = m.runtime_env()["env_vars"]
-        assert env["SYNCMGR_ADDRESS"] == m.address and bytes.fromhex(env["SYNCMGR_AUTHKEY"])
+        assert env["SYNCMGR_ADDRESS"] == m.address and "SYNCMGR_AUTHKEY" not in env
+        key_hex = open(env["SYNCMGR_AUTHKEY_FILE"]).read().strip()
+        assert bytes.fromhex(key_hex)
         pid = m.pid
         q = m.Queue()
         q.put(1)
         assert q.get() == 1
         cmdline = open(f"/proc/{pid}/cmdline", "rb").read()
-        assert env["SYNCMGR_AUTHKEY"].encode() not in cmdline
+        assert key_hex.encode() not in cmdline
     assert wait_until(lambda: not os.path.exists(f"/proc/{pid}") or
                       open(f"/proc/{pid}/stat").read().split()[2] == "Z", timeout=10)
     assert "SYNCMGR_ADDRESS" not in os.environ or os.environ["SYNCMGR_ADDRESS"] != m.address

@@ -131,3 +131,43 @@ def test_ray_workers_are_labelled_with_their_worker_id(cluster, m, daemon):
     pid, worker_id = ray.get(label_seen_by_daemon.remote(m.Event()), timeout=120)
     labels = {s["pid"]: s["label"] for s in m.status()["sessions"]}
     assert labels[pid].endswith(f"ray worker {worker_id[:16]}"), labels[pid]
+
+
+@ray.remote(num_cpus=0.25)
+def _set_event_with_the_key_file(pickled_ev):
+    import os
+    import pickle
+
+    # The module's cluster also passes the fixture daemon's key in
+    # SYNCMGR_AUTHKEY (it would win over the file): this task goes without.
+    saved = os.environ.pop("SYNCMGR_AUTHKEY", None)
+    try:
+        assert os.environ.get("SYNCMGR_AUTHKEY_FILE"), "no SYNCMGR_AUTHKEY_FILE in the worker"
+        pickle.loads(pickled_ev).set()  # (unpickled here: the proxy's client takes its key now)
+        return os.environ["SYNCMGR_ADDRESS"]
+    finally:
+        if saved is not None:
+            os.environ["SYNCMGR_AUTHKEY"] = saved
+
+
+def test_runtime_env_gives_workers_a_key_file_not_the_key(cluster):
+    """Issue 22, finding 4: runtime_env() names the 0600 key file; a real Ray
+    worker reads it and reaches the daemon; no form of the key is in what
+    Ray keeps and shows (the runtime_env)."""
+    import base64
+    import json
+    import pickle
+
+    import syncmgr
+
+    with syncmgr.Manager() as m2:
+        env = m2.runtime_env()
+        key = m2._authkey
+        assert key
+        blob = json.dumps(env).encode()
+        assert not any(f in blob for f in (key, key.hex().encode(), key.hex().upper().encode(), base64.b64encode(key)))
+        assert set(env["env_vars"]) >= {"SYNCMGR_ADDRESS", "SYNCMGR_AUTHKEY_FILE"}
+        ev = m2.Event()
+        addr = ray.get(_set_event_with_the_key_file.options(runtime_env=env).remote(pickle.dumps(ev)), timeout=120)
+        assert addr == m2.address
+        assert ev.is_set()
