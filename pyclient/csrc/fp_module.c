@@ -276,7 +276,36 @@ static PyObject *handle_release(Handle *h, PyObject *const *args, Py_ssize_t nar
     return PyObject_CallNoArgs(h->slow_release);
 }
 
+/*
+ * rebind(seg, off, slot): point the handle at another mapping and session
+ * slot (a forked child moves its inherited handles to its own session).
+ * References to the bound methods taken before the fork (acq =
+ * lock.acquire) then run in C again, at the parent's speed.
+ */
+static PyObject *handle_rebind(Handle *h, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(3, "rebind");
+    if (h->seg == NULL) {
+        PyErr_SetString(PyExc_ValueError, "uninitialised handle");
+        return NULL;
+    }
+    if (!PyObject_TypeCheck(args[0], &SegmentType)) {
+        PyErr_SetString(PyExc_TypeError, "rebind() needs a Segment");
+        return NULL;
+    }
+    Segment *seg = (Segment *)args[0];
+    uint64_t *w = word_at(seg, args[1], 0), sl;
+    if (w == NULL || get_slot(args[2], &sl) < 0)
+        return NULL;
+    Py_INCREF(seg);
+    Py_SETREF(h->seg, seg);
+    h->w = w;
+    h->slot = sl;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef handle_methods[] = {
+    {"rebind", (PyCFunction)(void (*)(void))handle_rebind, METH_FASTCALL,
+     "rebind(seg, off, slot): use another mapping and session slot (after a fork)"},
     {"acquire", (PyCFunction)(void (*)(void))handle_acquire, METH_FASTCALL | METH_KEYWORDS,
      "acquire(blocking=True, timeout=None) -> bool"},
     {"release", (PyCFunction)(void (*)(void))handle_release, METH_FASTCALL, "release()"},

@@ -362,11 +362,20 @@ class _LockHandle(_Handle):
         """acquire() after FUTEX_WAIT on the futex: wait in the daemon's queue."""
         return bool(self.slow("acquire", True, None))
 
+    chandle: Any = None  # the C handle: one per proxy for its whole life
+
     def install(self, proxy: BaseProxy) -> None:
         # The common calls run in C (no Python frame); this class's methods
-        # are their slow paths.
-        h = _ext.LockHandle(self.seg, self.off, self.slot, self.handle_kind,  # type: ignore[union-attr]
-                            self.acquire, self.release, FUTEX_WAIT, self.queue_acquire)
+        # are their slow paths. A forked child keeps the very same C handle,
+        # pointed at its own mapping and slot (rebind), so that references
+        # to proxy.acquire taken before the fork stay on the C path.
+        h = self.chandle
+        if h is None:
+            h = self.chandle = _ext.LockHandle(self.seg, self.off, self.slot,  # type: ignore[union-attr]
+                                               self.handle_kind, self.acquire, self.release, FUTEX_WAIT,
+                                               self.queue_acquire)
+        else:
+            h.rebind(self.seg, self.off, self.slot)
         proxy.__dict__["_fast"] = self
         proxy.__dict__["acquire"] = h.acquire
         proxy.__dict__["release"] = h.release
