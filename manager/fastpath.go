@@ -40,6 +40,7 @@ func (m *Manager) EnableFastPath(seg *statemem.Segment) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.fast = &fastPath{seg: seg, byOff: make(map[uint32]Object), refs: make(map[Object]statemem.Ref), attached: make(map[Slot]*Session)}
+	allocWaitTable(seg)
 }
 
 // FastSegment returns the segment, or nil when the fast path is off.
@@ -125,6 +126,7 @@ func (m *Manager) releaseSlotWords(f *fastPath, s *Session) {
 	for _, sem := range sems {
 		sem.releaseSession(s)
 	}
+	f.endWaits(s)
 	f.mu.Lock()
 	delete(f.attached, s.Slot())
 	f.mu.Unlock()

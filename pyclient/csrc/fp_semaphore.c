@@ -28,7 +28,7 @@ static int latch_wait(Segment *s, uint64_t *w, uint64_t x) {
         if (LOAD(w) != x)
             return 1;
     }
-    Wait wt = {1, 0, now_monotonic() + 0.001};
+    Wait wt = {.started = 1, .deadline = now_monotonic() + 0.001};
     int r = sleep_on(s, w, x, &wt);
     return r == 0 ? 1 : r;
 }
@@ -51,12 +51,7 @@ static int sem_commit(uint64_t *w, uint64_t slot, int64_t delta) {
 
 /* The tid is not used (a unit is the session's): the signature is the
  * lock's, so that the handle's acquire loop serves all three. */
-int sem_acquire_core(Segment *s, uint64_t *w, uint64_t slot, uint64_t tid, double timeout) {
-    (void)tid;
-    uint32_t *e = ledger_entry(s, w, slot);
-    if (e == NULL)
-        return RES_DAEMON;
-    Wait wt = {0, 0, 0};
+static int sem_acquire_in(Segment *s, uint64_t *w, uint64_t slot, uint32_t *e, double timeout, Wait *wt) {
     for (;;) {
         uint64_t x = LOAD(w);
         if (x & BIT_DAEMON)
@@ -71,11 +66,22 @@ int sem_acquire_core(Segment *s, uint64_t *w, uint64_t slot, uint64_t tid, doubl
             }
             continue;
         } else {
-            r = wait_turn(s, w, x, timeout, &wt);
+            r = wait_turn(s, w, x, timeout, wt);
         }
         if (r != 1)
             return turn_result(r);
     }
+}
+
+int sem_acquire_core(Segment *s, uint64_t *w, uint64_t slot, uint64_t tid, double timeout) {
+    (void)tid;
+    uint32_t *e = ledger_entry(s, w, slot);
+    if (e == NULL)
+        return RES_DAEMON;
+    Wait wt = {.slot = slot}; /* counted in the slot's waiter record while it waits */
+    int r = sem_acquire_in(s, w, slot, e, timeout, &wt);
+    wait_done(w, &wt, r);
+    return r;
 }
 
 /* Gives back one unit this session took by CAS; anything else (no units of

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
+import struct
 import sys
+import time
 from typing import Any
 
 import pytest
 
+from conftest import wait_until
 from syncmgr import _connection, _fast
 
 pytestmark = pytest.mark.skipif(_fast._ext is None or os.environ.get("SYNCMGR_FASTPATH") == "0",
@@ -86,3 +90,179 @@ def test_forked_child_ops_make_no_round_trip_and_no_python_frame(m):
     # Every op ran in C: no frame of the fast path's Python methods (before,
     # a bound method taken before the fork ran each op through them).
     assert got["frames"] == 0
+
+
+def _status_waiters(m, name: str) -> list:
+    return [w for w in m.status()["waiting"] if w["name"] == name]
+
+
+def _long_waits(lock, ev, conn):
+    try:
+        c = Counter()
+        lock.acquire(False)  # moves the handles to this process's session
+        ev.is_set()
+        before = c.requests
+        t0 = time.monotonic()
+        timed_out = lock.acquire(timeout=0.4)  # held by the parent throughout: times out
+        waited = time.monotonic() - t0
+        not_set = ev.wait(0.3)
+        conn.send("waiting")
+        got = lock.acquire()  # the parent releases after seeing this wait in status
+        conn.send({"requests": c.requests - before, "timed_out": timed_out, "waited": waited,
+                   "not_set": not_set, "got": got})
+        lock.release()
+    except BaseException as e:  # noqa: BLE001 - reported to the parent
+        conn.send({"error": repr(e)})
+
+
+def test_long_waits_stay_on_the_futex_and_show_in_status(m):
+    lock, ev = m.Lock(name="topo-long"), m.Event()
+    assert lock.acquire(False)
+    rd, wr = FORK.Pipe(duplex=False)
+    p = FORK.Process(target=_long_waits, args=(lock, ev, wr))
+    p.start()
+    assert rd.poll(60) and rd.recv() == "waiting"
+    # The child sleeps on the futex: status lists it from its waiter record.
+    assert wait_until(lambda: len(_status_waiters(m, "topo-long")) == 1, timeout=30)
+    (w,) = _status_waiters(m, "topo-long")
+    assert w["op"] == "acquire" and w["kind"] == "lock" and w["for"] >= 0
+    lock.release()
+    assert rd.poll(60)
+    got = rd.recv()
+    p.join(30)
+    assert "error" not in got, got
+    assert got["timed_out"] is False and got["waited"] >= 0.4 and got["not_set"] is False
+    assert got["got"] is True
+    # Waits of 0.4 s, 0.3 s and an unbounded one, none of them over the socket
+    # (before, a wait past 50 ms moved into the daemon's queue).
+    assert got["requests"] == 0
+    assert wait_until(lambda: not _status_waiters(m, "topo-long"))
+
+
+def _wait_forever(lock, ready):
+    lock.acquire(False)  # on the child's own session first
+    ready.set()
+    lock.acquire()
+    print("a killed waiter must never get here", flush=True)
+
+
+def _take(lock, out):
+    t0 = time.monotonic()
+    out.put((lock.acquire(timeout=60), time.monotonic() - t0))
+    lock.release()
+
+
+@pytest.mark.parametrize("kind", ["Lock", "RLock"])
+def test_killed_waiter_after_its_wake_up_strands_no_one(m, kind):
+    # A release wakes one sleeper. A waiter woken and killed before it takes
+    # the lock (here: stopped, woken, then killed) must not leave the other
+    # sleeper asleep for ever: the daemon wakes the sleepers when a session
+    # whose waiter record counted a wait ends.
+    name = f"topo-woken-{kind}"
+    lock = getattr(m, kind)(name=name)
+    assert lock.acquire(False)
+    ready = FORK.Event()
+    a = FORK.Process(target=_wait_forever, args=(lock, ready))
+    a.start()
+    assert ready.wait(30)
+    assert wait_until(lambda: len(_status_waiters(m, name)) == 1, timeout=30)
+    out = FORK.Queue()
+    b = FORK.Process(target=_take, args=(lock, out))
+    b.start()
+    assert wait_until(lambda: len(_status_waiters(m, name)) == 2, timeout=30)
+    os.kill(a.pid, signal.SIGSTOP)
+    lock.release()  # wakes one sleeper: the first, which is stopped
+    time.sleep(0.1)
+    os.kill(a.pid, signal.SIGKILL)
+    a.join(10)
+    got, waited = out.get(timeout=90)
+    # Woken when the killed waiter's session ended, not at the end of its
+    # 60 s timeout (generous for a loaded machine).
+    assert got is True and waited < 30, waited
+    b.join(30)
+    assert wait_until(lambda: not _status_waiters(m, name))
+    assert lock.acquire(False)
+    lock.release()
+
+
+def _reserve_heir(lock, ready):
+    # Play a starving waiter's first step, then die: make this session's
+    # slot the lock's heir (raw write to the segment file) and stop.
+    lock.acquire(False)
+    lock.release()  # on the child's own session now
+    h = lock._fast
+    fd = os.open(h.fp.identity[0], os.O_RDWR | os.O_NOFOLLOW)
+    os.pwrite(fd, struct.pack("<I", h.fp.slot), h.off + 48)
+    os.close(fd)
+    ready.set()
+    time.sleep(600)
+
+
+def test_heir_reservation_and_a_killed_heir(m):
+    lock = m.Lock()
+    ready = FORK.Event()
+    p = FORK.Process(target=_reserve_heir, args=(lock, ready))
+    p.start()
+    assert ready.wait(30)
+    # The free lock is reserved for the heir: another session waits.
+    assert lock.acquire(timeout=0.2) is False
+    os.kill(p.pid, signal.SIGKILL)
+    p.join(10)
+    # The heir's session ended: the daemon drops its reservation and wakes us.
+    assert lock.acquire(timeout=30) is True
+    lock.release()
+
+
+def _hammer(lock, stop, counts, i):
+    n = 0
+    while not stop.is_set():
+        for _ in range(50):
+            with lock:
+                n += 1
+    counts[i] = n
+
+
+def _probe(lock, start, conn, rounds):
+    try:
+        start.wait(60)
+        worst = 0.0
+        for _ in range(rounds):
+            t0 = time.monotonic()
+            lock.acquire()
+            worst = max(worst, time.monotonic() - t0)
+            lock.release()
+            time.sleep(0.01)
+        conn.send(worst)
+    except BaseException as e:  # noqa: BLE001 - reported to the parent
+        conn.send(repr(e))
+
+
+def test_no_starvation_under_thirty_hammering_processes(m):
+    lock = m.Lock()
+    stop, start = FORK.Event(), FORK.Event()
+    counts = FORK.Array("q", 30)
+    hammers = [FORK.Process(target=_hammer, args=(lock, stop, counts, i)) for i in range(30)]
+    for h in hammers:
+        h.start()
+    rd, wr = FORK.Pipe(duplex=False)
+    probe = FORK.Process(target=_probe, args=(lock, start, wr, 20))
+    probe.start()
+    try:
+        time.sleep(0.5)  # let the hammering begin
+        start.set()
+        assert rd.poll(120), "the probe never finished: starved"
+        worst = rd.recv()
+    finally:
+        stop.set()
+        for h in hammers + [probe]:
+            h.join(60)
+            if h.is_alive():
+                h.kill()
+    assert isinstance(worst, float), worst
+    # Generous for a loaded 2-core machine: without a bound a waiter can lose
+    # every race for seconds; with the heir it waits about one hold once it
+    # has been woken after 1 ms.
+    assert worst < 5.0, worst
+    assert sum(counts) > 0
+    assert lock.acquire(False)
+    lock.release()
