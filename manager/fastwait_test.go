@@ -32,6 +32,7 @@ func TestFastWaitersListedAndClearedAtSessionEnd(t *testing.T) {
 	done := make(chan statemem.Result, 1)
 	go func() {
 		wt := seg.NewWait(uint32(b.Slot()))
+		wt.Slot = 0 // recorded, but never the heir itself: the test plays the heir below
 		res := statemem.LockAcquireWait(w, aux, uint32(b.Slot()), 2, 30*time.Second, wt)
 		wt.Done(w, res)
 		done <- res
