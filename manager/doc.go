@@ -42,5 +42,7 @@
 // session slot), and a numeric Value's an 8-byte cell; the op semantics read
 // and write it only through those types, whose comment gives the layout.
 // The same-host fast path (fastpath.go) binds those words into a shared
-// segment (package statemem) without changing the semantics.
+// segment (package statemem) without changing the semantics; fastwait.go
+// lists the fast-path waiters from the segment's waiter records and clears
+// a session's record and heir reservations when it ends.
 package manager
