@@ -12,6 +12,7 @@ import os
 import signal
 import struct
 import sys
+import threading
 import time
 from typing import Any
 
@@ -266,3 +267,39 @@ def test_no_starvation_under_thirty_hammering_processes(m):
     assert sum(counts) > 0
     assert lock.acquire(False)
     lock.release()
+
+
+def _many_event_waiters(ev, ready, conn, n):
+    try:
+        c = Counter()
+        ev.is_set()  # on this process's own session
+        before = c.requests
+        got: list = []
+        threads = [threading.Thread(target=lambda: got.append(ev.wait(60))) for _ in range(n)]
+        for t in threads:
+            t.start()
+        ready.set()
+        for t in threads:
+            t.join(90)
+        conn.send({"got": got, "requests": c.requests - before})
+    except BaseException as e:  # noqa: BLE001 - reported to the parent
+        conn.send({"error": repr(e)})
+
+
+def test_event_set_wakes_hundreds_of_waiters_in_one_call(m):
+    ev = m.Event(name="topo-many")
+    ready = FORK.Event()
+    rd, wr = FORK.Pipe(duplex=False)
+    p = FORK.Process(target=_many_event_waiters, args=(ev, ready, wr, 200))
+    p.start()
+    assert ready.wait(60)
+    # Most of them asleep on the futex (status lists up to 4 per session).
+    assert wait_until(lambda: len(_status_waiters(m, "topo-many")) == 4, timeout=30)
+    time.sleep(0.2)
+    ev.set()
+    assert rd.poll(120)
+    got = rd.recv()
+    p.join(30)
+    assert "error" not in got, got
+    assert got["got"] == [True] * 200
+    assert got["requests"] == 0  # every wait stayed on the futex
