@@ -3,7 +3,8 @@ parent's speed (no socket round trip and no Python frame per op, even
 through bound methods taken before the fork), contended waits that stay on
 the futex past the old 50 ms limit and show in `status`, bounded
 unfairness (a process gets a Lock hammered by 30 others within a bound),
-and killed waiters at each step of a wait."""
+killed waiters at each step of a wait, and fast sleepers beside socket
+waiters."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import multiprocessing as mp
 import os
 import signal
 import struct
+import subprocess
 import sys
+import textwrap
 import threading
 import time
 from typing import Any
@@ -303,3 +306,46 @@ def test_event_set_wakes_hundreds_of_waiters_in_one_call(m):
     assert "error" not in got, got
     assert got["got"] == [True] * 200
     assert got["requests"] == 0  # every wait stayed on the futex
+
+
+def _take_and_report(lock, out, tag):
+    t0 = time.monotonic()
+    got = lock.acquire(timeout=60)
+    out.put((tag, got, time.monotonic() - t0))
+    time.sleep(0.05)
+    lock.release()
+
+
+def test_fast_sleepers_and_socket_waiters_interoperate(m, daemon):
+    # A fast-path sleeper (on the futex, from its waiter record) and a
+    # socket-path waiter (in the daemon's queue) wait on one Lock; status
+    # lists both; releases serve both, whoever goes first.
+    name = "topo-mixed"
+    lock = m.Lock(name=name)
+    assert lock.acquire(False)
+    out = FORK.Queue()
+    fast = FORK.Process(target=_take_and_report, args=(lock, out, "fast"))
+    fast.start()
+    assert wait_until(lambda: len(_status_waiters(m, name)) == 1, timeout=30)
+    sock = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import syncmgr, time
+        m = syncmgr.connect()
+        lock = m.Lock(name={name!r})
+        t0 = time.monotonic()
+        got = lock.acquire(timeout=60)
+        print(got, time.monotonic() - t0, flush=True)
+        time.sleep(0.05)
+        lock.release()
+    """)], env={**daemon.env, "SYNCMGR_FASTPATH": "0"}, stdout=subprocess.PIPE, text=True)
+    assert wait_until(lambda: len(_status_waiters(m, name)) == 2, timeout=30)
+    time.sleep(0.1)  # both wait past the old 50 ms limit
+    lock.release()
+    tag, got, waited = out.get(timeout=90)
+    assert (tag, got) == ("fast", True) and waited < 60, waited
+    line, _ = sock.communicate(timeout=90)
+    sgot, swaited = line.split()
+    assert sgot == "True" and float(swaited) < 60
+    fast.join(30)
+    assert wait_until(lambda: not _status_waiters(m, name))
+    assert lock.acquire(timeout=30)
+    lock.release()
