@@ -114,7 +114,8 @@ func (f *fastPath) endWaits(s *Session) {
 		waited = locks
 	}
 	for _, off := range locks {
-		if k := uint8(atomic.LoadUint32(f.seg.Tag(off))); k == statemem.KindLock || k == statemem.KindRLock {
+		switch uint8(atomic.LoadUint32(f.seg.Tag(off))) {
+		case statemem.KindLock, statemem.KindRLock, statemem.KindSemaphore, statemem.KindBoundedSemaphore:
 			if statemem.DropHeir(f.seg.Heir(off), slot) {
 				statemem.WakeAll(f.seg.State(off))
 			}

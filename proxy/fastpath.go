@@ -174,7 +174,7 @@ func (f *fastWord) acquire(ctx context.Context, tid int64, wait bool, deadline t
 			}
 		}
 		if f.taken != nil {
-			r = statemem.SemAcquire(f.w, f.taken, f.fp.slot, d)
+			r = statemem.SemAcquireWait(f.w, f.taken, f.fp.slot, d, wt)
 		} else if f.kind == statemem.KindRLock {
 			r = statemem.RLockAcquireWait(f.w, f.aux, f.fp.slot, tid, d, wt)
 			if r == statemem.OK && atomic.LoadUint64(f.w)>>statemem.DepthShift == 1 {

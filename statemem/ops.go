@@ -124,7 +124,7 @@ func LockAcquireWait(w, aux *uint64, slot uint32, tid int64, timeout time.Durati
 				continue
 			}
 		}
-		if !lockTurn(w, x, timeout, deadline, wt) {
+		if !heirTurn(w, x, timeout, deadline, wt, x&MaskLow == 0) {
 			return Busy
 		}
 	}
@@ -197,7 +197,7 @@ func RLockAcquireWait(w, aux *uint64, slot uint32, tid int64, timeout time.Durat
 				continue
 			}
 		}
-		if !lockTurn(w, x, timeout, deadline, wt) {
+		if !heirTurn(w, x, timeout, deadline, wt, owner == 0) {
 			return Busy
 		}
 	}
@@ -443,24 +443,43 @@ func semCommit(w *uint64, slot uint32, delta int64) bool {
 // counting it in e, the slot's ledger entry. Daemon means the op goes to
 // the daemon (it has waiters queued, or this session ended).
 func SemAcquire(w *uint64, e *uint32, slot uint32, timeout time.Duration) Result {
+	var wt Wait
+	r := SemAcquireWait(w, e, slot, timeout, &wt)
+	wt.Done(w, r)
+	return r
+}
+
+// SemAcquireWait is SemAcquire for one slice of a wait whose state wt
+// carries over (the caller calls wt.Done when the wait is over). The last
+// free unit is kept for a starving waiter's slot (the heir, see
+// waiters.go); a commit wakes every sleeper.
+func SemAcquireWait(w *uint64, e *uint32, slot uint32, timeout time.Duration, wt *Wait) Result {
 	deadline := deadlineOf(timeout)
 	for {
 		x := atomic.LoadUint64(w)
+		h := atomic.LoadUint32(heirOf(w))
 		switch {
 		case x&BitDaemon != 0:
 			return Daemon
 		case latched(x) != 0:
 			waitLatch(w, x)
+		case x&MaskLow == 1 && h != 0 && h != slot:
+			if !heirTurn(w, x, timeout, deadline, wt, true) {
+				return Busy
+			}
 		case x&MaskLow > 0:
 			if atomic.CompareAndSwapUint64(w, x, x|uint64(slot)<<LatchShift) {
 				atomic.StoreUint32(e, atomic.LoadUint32(e)+1)
 				if !semCommit(w, slot, -1) {
 					return Daemon
 				}
+				if h == slot {
+					heirServed(w, h, wt)
+				}
 				return OK
 			}
 		default:
-			if timeout == 0 || !sleep(w, x, deadline) {
+			if !heirTurn(w, x, timeout, deadline, wt, false) {
 				return Busy
 			}
 		}

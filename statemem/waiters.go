@@ -27,8 +27,9 @@ import (
 // Everything here is data to the daemon: record offsets are looked up in
 // its own object table, counts are compared with 0 only.
 const (
-	// OffHeir: a Lock's or RLock's heir, the u32 session slot a starving
-	// waiter reserved the next free turn for (0: none).
+	// OffHeir: a Lock's, RLock's or Semaphore's heir, the u32 session slot
+	// a starving waiter reserved the next free turn (or last free unit) for
+	// (0: none).
 	OffHeir = 48
 
 	// HdrWaiters and HdrWaitersLen: where in the header the waiter
@@ -202,12 +203,14 @@ func (s *Segment) NewWait(slot uint32) *Wait {
 	return &Wait{Slot: slot, Rec: s.WaitRecord(slot), seg: s}
 }
 
-// lockTurn is one contended turn of a Lock's or RLock's acquire loop: it
-// makes the waiter the heir once it has waited StarveAfter (then reports
-// true at once, to look at the word again), else sleeps on the word (the
-// heir so that a release in starvation mode wakes it). It reports false
-// when the call must not wait or the deadline has passed.
-func lockTurn(w *uint64, x uint64, timeout time.Duration, deadline time.Time, wt *Wait) bool {
+// heirTurn is one contended turn of a Lock's, RLock's or Semaphore's
+// acquire loop: it makes the waiter the heir once it has waited StarveAfter
+// (then reports true at once, to look at the word again), else sleeps on
+// the word (the heir so that a Lock's release in starvation mode wakes it).
+// reserved: what the caller wants is there but kept for another slot's
+// heir. It reports false when the call must not wait or the deadline has
+// passed.
+func heirTurn(w *uint64, x uint64, timeout time.Duration, deadline time.Time, wt *Wait, reserved bool) bool {
 	if timeout == 0 {
 		return false
 	}
@@ -224,7 +227,7 @@ func lockTurn(w *uint64, x uint64, timeout time.Duration, deadline time.Time, wt
 			bits |= wakeHeir
 		}
 	}
-	if x&MaskLow == 0 {
+	if reserved {
 		// Free but reserved for another slot's heir: its wake-up is not
 		// ours to wait for (the heir may leave or die without one), so look
 		// again within ReservedNap.

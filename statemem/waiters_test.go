@@ -195,3 +195,53 @@ func TestWakeOneServesEveryWaiter(t *testing.T) {
 		t.Fatalf("left %x, heir %d", atomic.LoadUint64(w), atomic.LoadUint32(s.Heir(r.Off)))
 	}
 }
+
+// A Semaphore's last free unit is kept for the heir; with more units free,
+// others take them and the reservation stays.
+func TestSemaphoreHeirKeepsTheLastUnit(t *testing.T) {
+	s := tableSeg(t)
+	r, err := s.AllocSemaphore(KindSemaphore, 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, heir := s.State(r.Off), s.Heir(r.Off)
+	e1, e2, e3 := s.Ledger(r.Off, 1), s.Ledger(r.Off, 2), s.Ledger(r.Off, 3)
+	if SemAcquire(w, e1, 1, 0) != OK {
+		t.Fatal("take")
+	}
+	wt := s.NewWait(2)
+	if res := SemAcquireWait(w, e2, 2, 5*StarveAfter, wt); res != Busy {
+		t.Fatalf("starving wait: %v", res)
+	}
+	if atomic.LoadUint32(heir) != 2 {
+		t.Fatalf("heir %d, want 2", atomic.LoadUint32(heir))
+	}
+	if SemRelease(w, e1, 1) != OK {
+		t.Fatal("release")
+	}
+	if res := SemAcquire(w, e3, 3, 0); res != Busy {
+		t.Fatalf("another slot took the heir's unit: %v", res)
+	}
+	if res := SemAcquireWait(w, e2, 2, 0, wt); res != OK {
+		t.Fatalf("heir: %v", res)
+	}
+	wt.Done(w, OK)
+	if atomic.LoadUint32(heir) != 0 || SemValue(w) != 0 {
+		t.Fatalf("after the heir's turn: heir %d, value %d", atomic.LoadUint32(heir), SemValue(w))
+	}
+	// Two units free and an heir elsewhere: one may still go to someone else.
+	if SemRelease(w, e2, 2) != OK {
+		t.Fatal("heir's release")
+	}
+	atomic.StoreUint32(heir, 7)
+	atomic.AddUint64(w, 1) // a second free unit (as the daemon's commit of a release makes)
+	if res := SemAcquire(w, e3, 3, 0); res != OK {
+		t.Fatalf("with two units free: %v", res)
+	}
+	if atomic.LoadUint32(heir) != 7 {
+		t.Fatal("someone else's reservation was spent")
+	}
+	if res := SemAcquire(w, e1, 1, 0); res != Busy {
+		t.Fatalf("the last unit went past the heir: %v", res)
+	}
+}

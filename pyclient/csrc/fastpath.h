@@ -78,8 +78,9 @@
 #define REC_ENTRIES 4u
 #define ENTRY_SIZE 16u
 #define REC_SIZE (REC_ENTRIES * ENTRY_SIZE)
-/* A Lock's or RLock's heir (u32 at slot offset 48): the session slot a
- * starving waiter reserved the next free turn for (0: none). */
+/* A Lock's, RLock's or Semaphore's heir (u32 at slot offset 48): the
+ * session slot a starving waiter reserved the next free turn (or unit) for
+ * (0: none). */
 #define OFF_HEIR 48u
 /* A waiter starves once it has waited this long (Go's sync.Mutex: 1 ms). */
 #define STARVE_AFTER 0.001
@@ -144,7 +145,7 @@ void stamp_since(uint64_t *w);
 double now_monotonic(void);
 int sleep_on(Segment *s, uint64_t *w, uint64_t x, Wait *wt);
 int wait_turn(Segment *s, uint64_t *w, uint64_t x, double timeout, Wait *wt);
-int lock_turn(Segment *s, uint64_t *w, uint64_t x, double timeout, Wait *wt);
+int heir_turn(Segment *s, uint64_t *w, uint64_t x, double timeout, Wait *wt, int reserved);
 int turn_result(int r);
 uint64_t *word_at(Segment *s, PyObject *offobj, unsigned field);
 int get_u64(PyObject *o, uint64_t *out);

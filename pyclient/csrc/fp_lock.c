@@ -51,7 +51,7 @@ static int lock_acquire_in(Segment *s, uint64_t *w, uint64_t slot, uint64_t tid,
                 continue;
             }
         }
-        int r = lock_turn(s, w, x, timeout, wt);
+        int r = heir_turn(s, w, x, timeout, wt, (x & MASK_LOW) == 0);
         if (r != 1)
             return turn_result(r);
     }
@@ -111,7 +111,7 @@ static int rlock_acquire_in(Segment *s, uint64_t *w, uint64_t slot, uint64_t tid
                 continue;
             }
         }
-        int r = lock_turn(s, w, x, timeout, wt);
+        int r = heir_turn(s, w, x, timeout, wt, owner == 0);
         if (r != 1)
             return turn_result(r);
     }

@@ -60,13 +60,25 @@ static int sem_acquire_in(Segment *s, uint64_t *w, uint64_t slot, uint32_t *e, d
         if (latched(x)) {
             r = latch_wait(s, w, x);
         } else if (x & MASK_LOW) {
-            if (CAS(w, &x, x | (slot << LATCH_SHIFT))) {
-                STORE(e, LOAD(e) + 1);
-                return sem_commit(w, slot, -1) ? RES_OK : RES_DAEMON;
+            /* The last free unit is kept for a starving waiter's slot (the heir). */
+            uint32_t h = LOAD(HEIR_OF(w));
+            if (h != 0 && h != (uint32_t)slot && (x & MASK_LOW) == 1) {
+                r = heir_turn(s, w, x, timeout, wt, 1);
+            } else {
+                if (CAS(w, &x, x | (slot << LATCH_SHIFT))) {
+                    STORE(e, LOAD(e) + 1);
+                    if (!sem_commit(w, slot, -1))
+                        return RES_DAEMON;
+                    if (h == (uint32_t)slot) {
+                        CAS(HEIR_OF(w), &h, 0);
+                        wt->heir = 0;
+                    }
+                    return RES_OK;
+                }
+                continue;
             }
-            continue;
         } else {
-            r = wait_turn(s, w, x, timeout, wt);
+            r = heir_turn(s, w, x, timeout, wt, 0);
         }
         if (r != 1)
             return turn_result(r);

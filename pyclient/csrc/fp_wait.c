@@ -170,12 +170,14 @@ int wait_turn(Segment *s, uint64_t *w, uint64_t x, double timeout, Wait *wt) {
 }
 
 /*
- * lock_turn is wait_turn for a Lock or an RLock, with bounded unfairness:
- * a waiter that has waited STARVE_AFTER makes its slot the heir (if no one
- * is), which reserves the next free turn for it; the heir then sleeps so
- * that a release wakes it alone. Results as wait_turn's.
+ * heir_turn is wait_turn for a Lock, an RLock or a Semaphore, with bounded
+ * unfairness: a waiter that has waited STARVE_AFTER makes its slot the heir
+ * (if no one is), which reserves the next free turn (unit) for it; the heir
+ * then sleeps so that a Lock's release wakes it alone. reserved: what the
+ * caller wants is there but kept for another slot's heir. Results as
+ * wait_turn's.
  */
-int lock_turn(Segment *s, uint64_t *w, uint64_t x, double timeout, Wait *wt) {
+int heir_turn(Segment *s, uint64_t *w, uint64_t x, double timeout, Wait *wt, int reserved) {
     if (timeout == 0)
         return 0;
     if (!wt->started) {
@@ -195,7 +197,7 @@ int lock_turn(Segment *s, uint64_t *w, uint64_t x, double timeout, Wait *wt) {
         if (h == (uint32_t)wt->slot)
             bits = WAKE_NORMAL | WAKE_HEIR;
     }
-    if ((x & MASK_LOW) == 0) {
+    if (reserved) {
         /* Free but reserved for another slot's heir: its wake-up is not
          * ours to wait for (the heir may leave or die without one), so
          * look again within RESERVED_NAP. */

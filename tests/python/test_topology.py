@@ -202,13 +202,14 @@ def _reserve_heir(lock, ready):
     time.sleep(600)
 
 
-def test_heir_reservation_and_a_killed_heir(m):
-    lock = m.Lock()
+@pytest.mark.parametrize("kind,args", [("Lock", ()), ("RLock", ()), ("Semaphore", (1,)), ("BoundedSemaphore", (1,))])
+def test_heir_reservation_and_a_killed_heir(m, kind, args):
+    lock = getattr(m, kind)(*args)
     ready = FORK.Event()
     p = FORK.Process(target=_reserve_heir, args=(lock, ready))
     p.start()
     assert ready.wait(30)
-    # The free lock is reserved for the heir: another session waits.
+    # The free lock (the last unit) is reserved for the heir: another session waits.
     assert lock.acquire(timeout=0.2) is False
     os.kill(p.pid, signal.SIGKILL)
     p.join(10)
