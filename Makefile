@@ -8,7 +8,7 @@ PY      := $(VENV)/bin/python
 BIN     := bin/syncmgr
 GOFILES := $(shell find . -name '*.go' -not -path './.venv/*' 2>/dev/null)
 
-.PHONY: all build venv test test-go test-py test-py-socket test-outside test-wheel wheel wheel-all lint lint-py fuzz demo demo-compare bench bench-smoke bench-targets bench-targets-smoke soak soak-smoke clean
+.PHONY: all build venv test test-go test-py test-py-socket test-outside test-wheel wheel wheel-all lint lint-py fuzz demo demo-compare bench bench-smoke bench-targets bench-targets-smoke bench-scale bench-scale-smoke soak soak-smoke clean
 
 all: build
 
@@ -81,7 +81,7 @@ test-wheel: venv
 test-outside: build venv
 	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) tests/outside/run_outside.py $(OUTSIDE_ARGS)
 
-test: test-go fuzz soak-smoke bench-smoke bench-targets-smoke test-wheel test-py test-py-socket test-outside
+test: test-go fuzz soak-smoke bench-smoke bench-targets-smoke bench-scale-smoke test-wheel test-py test-py-socket test-outside
 
 # The Ape-X DQN on Ray + cpprb + syncmgr: exits 0 only if it learned CartPole-v1
 # (greedy return >= 195) and left nothing in /dev/shm. Flags: DEMO_ARGS="--seed 3".
@@ -97,9 +97,22 @@ $(VENV)/.bench-installed: $(VENV)/.installed
 	$(PY) -m pip install -q -e "./pyclient[bench]"
 	touch $@
 
-# The full benchmark: prints the tables and rewrites docs/benchmarks.md.
+# The full benchmark: prints the tables and rewrites docs/benchmarks.md
+# (the scale section too).
 bench: build venv $(VENV)/.bench-installed
 	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) -m bench $(BENCH_ARGS)
+	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) bench/scale.py
+
+# N client processes (1, 8, 32, 64; 256 with >= 16 CPUs), spawn and fork:
+# Locks, a Semaphore(4), Event.is_set and ping-pong against multiprocessing
+# and the socket path; rewrites its own section of docs/benchmarks.md. Needs
+# the built extension and the daemon only. SCALE_ARGS="--n 16,64,256".
+bench-scale: build venv
+	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) bench/scale.py $(SCALE_ARGS)
+
+# N=1 and 4, a tenth of a second per cell: checks that it runs (not its numbers).
+bench-scale-smoke: build venv
+	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) bench/scale.py --smoke
 
 # A few seconds of every benchmark, to check that it runs (not its numbers).
 bench-smoke: build venv

@@ -49,4 +49,6 @@
 // deadline and a session's end never waits on another session's latch
 // (semaphore.go, deferLatched), and a sweep (sweepFast) frees Lock and
 // RLock words naming no live slot and clears daemon bits nobody set.
+// fastwait.go lists the fast-path waiters from the segment's waiter records
+// and clears a session's record and heir reservations when it ends.
 package manager

@@ -2,6 +2,7 @@ package manager
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/syncmgr/syncmgr/statemem"
@@ -44,6 +45,7 @@ func (m *Manager) EnableFastPath(seg *statemem.Segment) {
 	defer m.mu.Unlock()
 	m.fast = &fastPath{seg: seg, byOff: make(map[uint32]Object), refs: make(map[Object]statemem.Ref), attached: make(map[Slot]*Session),
 		stop: make(chan struct{}), stopped: make(chan struct{})}
+	allocWaitTable(seg)
 	go m.sweeper(m.fast)
 }
 
@@ -69,17 +71,31 @@ func (m *Manager) sweeper(f *fastPath) {
 // write the segment) left in a state the daemon never made, so that they
 // break nothing for good: a Lock or RLock whose owner field names no live
 // session's slot is handed on or freed as a dead owner's would be; a
-// daemon bit with no daemon waiters queued is cleared; a Semaphore latch
+// daemon bit with no daemon waiters queued is cleared; an heir field
+// naming no live slot is cleared; a Semaphore latch
 // naming no live attached session is taken over (and its books redone by
 // claim). It runs after every session end and every sweepEvery.
 func (m *Manager) sweepFast(f *fastPath) {
 	f.mu.Lock()
 	objs := make([]Object, 0, len(f.byOff))
-	for _, o := range f.byOff {
+	var heirs []uint32 // offsets of the objects with an heir field
+	for off, o := range f.byOff {
 		objs = append(objs, o)
+		switch o.(type) {
+		case *Lock, *RLock, *Semaphore:
+			heirs = append(heirs, off)
+		}
 	}
 	f.mu.Unlock()
 	live := m.slots.Live
+	// An heir field naming no live slot (a stray store; a dead session's is
+	// dropped by endWaits) would keep the lock from every fast client.
+	for _, off := range heirs {
+		heir := f.seg.Heir(off)
+		if h := atomic.LoadUint32(heir); h != 0 && !live(Slot(h)) && atomic.CompareAndSwapUint32(heir, h, 0) {
+			statemem.WakeAll(f.seg.State(off))
+		}
+	}
 	for _, o := range objs {
 		switch o := o.(type) {
 		case *Lock:
@@ -205,6 +221,7 @@ func (m *Manager) releaseSlotWords(f *fastPath, s *Session) {
 	for _, sem := range sems {
 		sem.releaseSession(s)
 	}
+	f.endWaits(s)
 	f.mu.Lock()
 	delete(f.attached, s.Slot())
 	f.mu.Unlock()

@@ -753,6 +753,7 @@ func (m *Manager) Snapshot(limit int) ([]ObjectInfo, []SessionInfo) {
 	if limit > 0 && len(es) > limit {
 		es = es[:limit]
 	}
+	fastWaits := m.fastWaitCounts() // asleep on the objects' futexes: from the waiter records
 	objs := make([]ObjectInfo, len(es))
 	for i, x := range es {
 		var st string
@@ -762,6 +763,7 @@ func (m *Manager) Snapshot(limit int) ([]ObjectInfo, []SessionInfo) {
 		} else {
 			st, w = x.e.obj.Describe()
 		}
+		w += fastWaits[x.e.obj]
 		objs[i] = ObjectInfo{Kind: x.e.obj.Kind(), Name: x.name, State: st, Waiters: w, Refs: refs[x.e], Anonymous: x.e.anon}
 		if h, ok := x.e.obj.(interface{ HeldSince() (time.Time, bool) }); ok {
 			if since, held := h.HeldSince(); held {

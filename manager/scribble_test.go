@@ -204,3 +204,22 @@ func TestStrayOwnersAndDaemonBitsAreCleared(t *testing.T) {
 		t.Fatal("the event is still sent to the daemon")
 	}
 }
+
+// A stray heir field (a slot no session has) would keep a free lock from
+// every fast client; the sweep clears it, and leaves a live slot's heir be.
+func TestStrayHeirIsCleared(t *testing.T) {
+	m, seg := fastManager(t)
+	a := newSession(t, m)
+	stray := create[*Lock](t, m, a, KindLock, "stray", Params{})
+	kept := create[*Lock](t, m, a, KindLock, "kept", Params{})
+	hs, hk := seg.Heir(fastRef(t, m, stray).Off), seg.Heir(fastRef(t, m, kept).Off)
+	atomic.StoreUint32(hs, 4321)
+	atomic.StoreUint32(hk, uint32(a.Slot()))
+	m.sweepFast(m.fast)
+	if h := atomic.LoadUint32(hs); h != 0 {
+		t.Fatalf("stray heir %d left in place", h)
+	}
+	if h := atomic.LoadUint32(hk); h != uint32(a.Slot()) {
+		t.Fatalf("a live slot's heir was cleared: %d", h)
+	}
+}

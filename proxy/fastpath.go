@@ -25,13 +25,11 @@ import (
 // name, so the fast path ends when the connection does.
 
 // fastWait bounds one futex sleep, so that a cancelled context or a dead
-// connection is noticed within it.
+// connection is noticed within it. A contended wait stays on the futex for
+// its whole timeout, in such slices, carrying its statemem.Wait (waiter
+// record, heir reservation) from one to the next, as the Python client's
+// single sleep does.
 const fastWait = 20 * time.Millisecond
-
-// fastQueueAfter is how long a contended wait stays on the futex before it
-// joins the daemon's queue (as the Python client's FUTEX_WAIT): short waits
-// keep the futex hand-off, long ones are FIFO and shown by status.
-const fastQueueAfter = 50 * time.Millisecond
 
 // WithFastPath asks for the same-host fast path; Dial falls back to the
 // socket silently when it is not available (FastPath reports which).
@@ -251,8 +249,9 @@ func (f *fastWord) usable() bool {
 // acquire takes the lock, waiting until deadline (zero: no limit) or ctx
 // ends, in bounded futex sleeps. It returns statemem.Daemon to send the op
 // over the socket.
-func (f *fastWord) acquire(ctx context.Context, tid int64, wait bool, deadline time.Time) (statemem.Result, error) {
-	queueAt := time.Now().Add(fastQueueAfter)
+func (f *fastWord) acquire(ctx context.Context, tid int64, wait bool, deadline time.Time) (r statemem.Result, err error) {
+	wt := f.fp.seg.NewWait(f.fp.slot)
+	defer func() { wt.Done(f.w, r) }()
 	for {
 		d := time.Duration(0)
 		if wait {
@@ -263,15 +262,14 @@ func (f *fastWord) acquire(ctx context.Context, tid int64, wait bool, deadline t
 				}
 			}
 		}
-		var r statemem.Result
 		if f.taken != nil {
-			r = statemem.SemAcquire(f.w, f.taken, f.fp.slot, d)
+			r = statemem.SemAcquireWait(f.w, f.taken, f.fp.slot, d, wt)
 		} else if f.kind == statemem.KindRLock {
-			r = statemem.RLockAcquire(f.w, f.aux, f.fp.slot, tid, d)
+			r = statemem.RLockAcquireWait(f.w, f.aux, f.fp.slot, tid, d, wt)
 			if r == statemem.OK && atomic.LoadUint64(f.w)>>statemem.DepthShift == 1 {
 				statemem.Stamp(f.since) // the outermost acquire
 			}
-		} else if r = statemem.LockAcquire(f.w, f.aux, f.fp.slot, tid, d); r == statemem.OK {
+		} else if r = statemem.LockAcquireWait(f.w, f.aux, f.fp.slot, tid, d, wt); r == statemem.OK {
 			statemem.Stamp(f.since)
 		}
 		if r != statemem.Busy || d == 0 {
@@ -285,9 +283,6 @@ func (f *fastWord) acquire(ctx context.Context, tid int64, wait bool, deadline t
 		}
 		if !deadline.IsZero() && !time.Now().Before(deadline) {
 			return statemem.Busy, nil
-		}
-		if !time.Now().Before(queueAt) {
-			return statemem.Daemon, nil // a long wait: the daemon's queue
 		}
 	}
 }

@@ -266,10 +266,10 @@ func TestFastPathFallsBack(t *testing.T) {
 	}
 }
 
-// TestFastPathLongWaitsJoinTheDaemonQueue: a fast waiter still waiting after
-// fastQueueAfter waits in the daemon's queue (which sets the daemon bit), and
-// is released from there by a fast client's release or set.
-func TestFastPathLongWaitsJoinTheDaemonQueue(t *testing.T) {
+// TestFastPathLongWaitsStayOnTheFutex: fast waiters sleep on the futex for
+// their whole wait (the daemon bit stays clear), status lists them from
+// their waiter records, and a fast client's release or set frees them.
+func TestFastPathLongWaitsStayOnTheFutex(t *testing.T) {
 	path := serveFast(t)
 	ctx := context.Background()
 	a := dialC(t, path, proxy.WithFastPath())
@@ -285,13 +285,19 @@ func TestFastPathLongWaitsJoinTheDaemonQueue(t *testing.T) {
 	bev, _ := b.Event(ctx, "q-ev")
 	set := make(chan bool, 1)
 	go func() { ok, _ := bev.WaitTimeout(ctx, 10*time.Second); set <- ok }()
-	time.Sleep(300 * time.Millisecond) // past fastQueueAfter: both wait in the daemon
-	st, err := a.Status(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if w, _ := st["waiting"].([]any); len(w) != 2 {
-		t.Fatalf("status lists %d waiters, want 2: %v", len(w), st["waiting"])
+	time.Sleep(300 * time.Millisecond) // past the old 50 ms limit on the futex
+	deadline := time.Now().Add(bound)
+	for {
+		st, err := a.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w, _ := st["waiting"].([]any); len(w) == 2 {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("status lists %d waiters, want 2: %v", len(w), st["waiting"])
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)

@@ -167,15 +167,16 @@ func (e *Event) IsSet(ctx context.Context) (bool, error) {
 	return res == true, err
 }
 
-// fastWait waits on the word in bounded sleeps; done false means "use the
-// socket" (the connection is gone, or the wait outlasted fastQueueAfter),
-// counting sets after since (-1: none).
+// fastWait waits on the word, for the whole wait, in bounded sleeps (to
+// notice ctx and the connection); done false means "use the socket" (the
+// connection is gone).
 func (e *Event) fastWait(ctx context.Context, deadline time.Time) (set, done bool, since int64, err error) {
 	if !e.fw.usable() {
 		return false, false, -1, nil
 	}
 	gen := statemem.EventGen(e.fw.w)
-	queueAt := time.Now().Add(fastQueueAfter)
+	wt := e.fw.fp.seg.NewWait(e.fw.fp.slot)
+	defer wt.Done(e.fw.w, statemem.OK)
 	for {
 		d := fastWait
 		if !deadline.IsZero() {
@@ -183,7 +184,7 @@ func (e *Event) fastWait(ctx context.Context, deadline time.Time) (set, done boo
 				d = max(left, 0)
 			}
 		}
-		if statemem.EventWaitSince(e.fw.w, gen, d) {
+		if statemem.EventWaitSinceWait(e.fw.w, gen, d, wt) {
 			return true, true, -1, nil
 		}
 		if err := ctx.Err(); err != nil {
@@ -194,9 +195,6 @@ func (e *Event) fastWait(ctx context.Context, deadline time.Time) (set, done boo
 		}
 		if !e.fw.usable() {
 			return false, false, -1, nil
-		}
-		if !time.Now().Before(queueAt) {
-			return false, false, int64(gen), nil // a long wait: the daemon's queue
 		}
 	}
 }

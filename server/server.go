@@ -314,6 +314,10 @@ func (s *Server) waiting() []Waiting {
 	for _, c := range conns {
 		out = c.waiting(now, out)
 	}
+	for _, w := range s.mgr.FastWaiting() { // asleep on a futex: known from the segment's waiter records
+		out = append(out, Waiting{Session: w.Session, Kind: string(w.Kind), Name: w.Name, Op: w.Op,
+			For: max(now.Sub(w.Since).Seconds(), 0)})
+	}
 	sort.Slice(out, func(i, j int) bool { return out[i].For > out[j].For })
 	return out
 }

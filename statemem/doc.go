@@ -21,6 +21,13 @@
 // gives back the Semaphore units its ledger entries count; a Semaphore's
 // latch (see SemAcquire) lets it recount a session killed mid-op.
 //
+// Waits (waiters.go) stay on the futex for their whole timeout; each waiting
+// thread holds an entry of its session slot's waiter record in the segment,
+// which the daemon reads for status and clears when the session ends. Locks
+// and RLocks wake one sleeper per release and bound unfairness as Go's
+// sync.Mutex does: a waiter that has waited StarveAfter becomes the heir,
+// for whom the next free turn is reserved.
+//
 // The layout (layout.go) is the contract with the C extension of the Python
 // client (pyclient/csrc/); docs/protocol.md, section "Same-host
 // fast path", describes it for other implementations.

@@ -35,8 +35,10 @@ func SinceTime(v uint64) (t time.Time, ok bool) {
 
 // Shared (not FUTEX_PRIVATE) futex ops: other processes map the words.
 const (
-	futexWait = 0
-	futexWake = 1
+	futexWait       = 0
+	futexWake       = 1
+	futexWaitBitset = 9
+	futexWakeBitset = 10
 )
 
 // futexWaitWord sleeps while the low 32 bits of *w equal val, for at most
@@ -56,4 +58,27 @@ func futexWaitWord(w *uint64, val uint32, d time.Duration) {
 // WakeAll wakes every process asleep on the word at w.
 func WakeAll(w *uint64) {
 	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWake, uintptr(1<<31-1), 0, 0, 0)
+}
+
+// WakeOne wakes one process asleep on the word at w (the kernel wakes them
+// in arrival order): a Lock's release.
+func WakeOne(w *uint64) {
+	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWake, 1, 0, 0, 0)
+}
+
+// wakeBits wakes every sleeper on w whose wait bitset meets bits.
+func wakeBits(w *uint64, bits uint32) {
+	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWakeBitset, uintptr(1<<31-1), 0, 0, uintptr(bits))
+}
+
+// futexWaitBits is futexWaitWord with a wake bitset and an absolute
+// CLOCK_MONOTONIC deadline (mono, ns; 0: until woken).
+func futexWaitBits(w *uint64, val uint32, mono uint64, bits uint32) {
+	var tsp unsafe.Pointer
+	var ts unix.Timespec
+	if mono > 0 {
+		ts = unix.NsecToTimespec(int64(mono))
+		tsp = unsafe.Pointer(&ts)
+	}
+	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWaitBitset, uintptr(val), uintptr(tsp), 0, uintptr(bits))
 }

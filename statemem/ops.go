@@ -66,11 +66,44 @@ func deadlineOf(timeout time.Duration) time.Time {
 	return time.Now().Add(timeout)
 }
 
-// LockAcquire takes the Lock whose state word is w for slot, recording tid
-// in aux. timeout 0 does not wait; Forever waits without limit. A release
-// wakes every sleeper and they race for the word, so a sleeper that dies
-// (or times out) after being woken never strands the others.
+// sleepBits is sleep with a wake bitset, recording in wt that it slept.
+func sleepBits(w *uint64, x uint64, deadline time.Time, bits uint32, wt *Wait) bool {
+	if x&BitWaiters == 0 {
+		if !atomic.CompareAndSwapUint64(w, x, x|BitWaiters) {
+			return true // changed: look again
+		}
+		x |= BitWaiters
+	}
+	var mono uint64
+	if !deadline.IsZero() {
+		d := time.Until(deadline)
+		if d <= 0 {
+			return false
+		}
+		mono = MonoNow() + uint64(d)
+	}
+	wt.slept = true
+	futexWaitBits(w, uint32(x), mono, bits)
+	return true
+}
+
+// LockAcquire takes the Lock whose state word is w (in a segment's object
+// slot: its heir field is beside it) for slot, recording tid in aux.
+// timeout 0 does not wait; Forever waits without limit. The wait is
+// unrecorded: see LockAcquireWait.
 func LockAcquire(w, aux *uint64, slot uint32, tid int64, timeout time.Duration) Result {
+	var wt Wait
+	r := LockAcquireWait(w, aux, slot, tid, timeout, &wt)
+	wt.Done(w, r)
+	return r
+}
+
+// LockAcquireWait is LockAcquire for one slice of a wait whose state wt
+// carries over (the caller calls wt.Done when the wait is over). A free
+// lock goes to the first taker unless a starving waiter is the heir (see
+// waiters.go); a release wakes one sleeper, and whoever takes the lock
+// after sleeping keeps BitWaiters set so that its release wakes the next.
+func LockAcquireWait(w, aux *uint64, slot uint32, tid int64, timeout time.Duration, wt *Wait) Result {
 	deadline := deadlineOf(timeout)
 	for {
 		x := atomic.LoadUint64(w)
@@ -78,20 +111,28 @@ func LockAcquire(w, aux *uint64, slot uint32, tid int64, timeout time.Duration) 
 			return Daemon
 		}
 		if x&MaskLow == 0 {
-			if atomic.CompareAndSwapUint64(w, x, x|uint64(slot)) {
-				atomic.StoreUint64(aux, uint64(tid))
-				return OK
+			if h := atomic.LoadUint32(heirOf(w)); mayTake(h, slot) {
+				n := x | uint64(slot)
+				if wt.slept {
+					n |= BitWaiters
+				}
+				if atomic.CompareAndSwapUint64(w, x, n) {
+					heirServed(w, h, wt)
+					atomic.StoreUint64(aux, uint64(tid))
+					return OK
+				}
+				continue
 			}
-			continue
 		}
-		if timeout == 0 || !sleep(w, x, deadline) {
+		if !heirTurn(w, x, timeout, deadline, wt, x&MaskLow == 0) {
 			return Busy
 		}
 	}
 }
 
 // LockRelease frees the Lock whose state word is w; any session may release
-// it (as threading.Lock). A release that clears BitWaiters wakes everyone.
+// it (as threading.Lock). A release that clears BitWaiters wakes one
+// sleeper (the heir's, while there is an heir).
 func LockRelease(w, aux *uint64) Result {
 	for {
 		x := atomic.LoadUint64(w)
@@ -105,7 +146,7 @@ func LockRelease(w, aux *uint64) Result {
 		atomic.StoreUint64(aux, 0)
 		if atomic.CompareAndSwapUint64(w, x, x&^(MaskLow|BitWaiters)) {
 			if x&BitWaiters != 0 {
-				WakeAll(w)
+				releaseWake(w)
 			}
 			return OK
 		}
@@ -116,8 +157,16 @@ func LockRelease(w, aux *uint64) Result {
 // RLockAcquire takes (or nests) the RLock at w for the pair (slot, tid). The
 // owner's thread id lives in aux: the owner writes it right after taking the
 // word and clears it right before freeing it, so a thread that reads its own
-// id there is the owner.
+// id there is the owner. The wait is unrecorded: see RLockAcquireWait.
 func RLockAcquire(w, aux *uint64, slot uint32, tid int64, timeout time.Duration) Result {
+	var wt Wait
+	r := RLockAcquireWait(w, aux, slot, tid, timeout, &wt)
+	wt.Done(w, r)
+	return r
+}
+
+// RLockAcquireWait is RLockAcquire for one slice of a wait (as LockAcquireWait).
+func RLockAcquireWait(w, aux *uint64, slot uint32, tid int64, timeout time.Duration, wt *Wait) Result {
 	deadline := deadlineOf(timeout)
 	for {
 		x := atomic.LoadUint64(w)
@@ -135,13 +184,20 @@ func RLockAcquire(w, aux *uint64, slot uint32, tid int64, timeout time.Duration)
 			return Daemon
 		}
 		if owner == 0 {
-			if atomic.CompareAndSwapUint64(w, x, x&BitWaiters|uint64(slot)|DepthOne) {
-				atomic.StoreUint64(aux, uint64(tid))
-				return OK
+			if h := atomic.LoadUint32(heirOf(w)); mayTake(h, slot) {
+				n := x&BitWaiters | uint64(slot) | DepthOne
+				if wt.slept {
+					n |= BitWaiters
+				}
+				if atomic.CompareAndSwapUint64(w, x, n) {
+					heirServed(w, h, wt)
+					atomic.StoreUint64(aux, uint64(tid))
+					return OK
+				}
+				continue
 			}
-			continue
 		}
-		if timeout == 0 || !sleep(w, x, deadline) {
+		if !heirTurn(w, x, timeout, deadline, wt, owner == 0) {
 			return Busy
 		}
 	}
@@ -166,7 +222,7 @@ func RLockRelease(w, aux *uint64, slot uint32, tid int64) Result {
 		atomic.StoreUint64(aux, 0)
 		if atomic.CompareAndSwapUint64(w, x, 0) {
 			if x&BitWaiters != 0 {
-				WakeAll(w)
+				releaseWake(w)
 			}
 			return OK
 		}
@@ -221,13 +277,26 @@ func EventGen(w *uint64) uint64 { return atomic.LoadUint64(w) & EventGenMax }
 // EventWaitSince is EventWait counting any set since generation gen, so a
 // caller that waits in several calls misses no set between them.
 func EventWaitSince(w *uint64, gen uint64, timeout time.Duration) bool {
+	var wt Wait
+	return EventWaitSinceWait(w, gen, timeout, &wt)
+}
+
+// EventWaitSinceWait is EventWaitSince for one slice of a wait whose state
+// wt carries over (counted in its waiter record while it sleeps; the
+// caller calls wt.Done(w, OK) when the wait is over: a set wakes every
+// sleeper, so nothing is passed on).
+func EventWaitSinceWait(w *uint64, gen uint64, timeout time.Duration, wt *Wait) bool {
 	deadline := deadlineOf(timeout)
 	x := atomic.LoadUint64(w)
 	for {
 		if x&EventFlag != 0 || x&EventGenMax != gen {
 			return true
 		}
-		if timeout == 0 || !sleep(w, x, deadline) {
+		if timeout == 0 {
+			return false
+		}
+		wt.enter(w)
+		if !sleepBits(w, x, deadline, wakeNormal, wt) {
 			return false
 		}
 		x = atomic.LoadUint64(w)
@@ -393,10 +462,22 @@ func semCommit(w *uint64, slot uint32, delta int64) bool {
 // the daemon (it has waiters queued, this session ended, or another
 // process kept the latch longer than LatchGrace).
 func SemAcquire(w *uint64, e *uint32, slot uint32, timeout time.Duration) Result {
+	var wt Wait
+	r := SemAcquireWait(w, e, slot, timeout, &wt)
+	wt.Done(w, r)
+	return r
+}
+
+// SemAcquireWait is SemAcquire for one slice of a wait whose state wt
+// carries over (the caller calls wt.Done when the wait is over). The last
+// free unit is kept for a starving waiter's slot (the heir, see
+// waiters.go); a commit wakes every sleeper.
+func SemAcquireWait(w *uint64, e *uint32, slot uint32, timeout time.Duration, wt *Wait) Result {
 	deadline := deadlineOf(timeout)
 	var latchSince time.Time
 	for {
 		x := atomic.LoadUint64(w)
+		h := atomic.LoadUint32(heirOf(w))
 		switch {
 		case x&BitDaemon != 0:
 			return Daemon
@@ -404,16 +485,23 @@ func SemAcquire(w *uint64, e *uint32, slot uint32, timeout time.Duration) Result
 			if !waitLatch(w, x, &latchSince) {
 				return Daemon
 			}
+		case x&MaskLow == 1 && h != 0 && h != slot:
+			if !heirTurn(w, x, timeout, deadline, wt, true) {
+				return Busy
+			}
 		case x&MaskLow > 0:
 			if atomic.CompareAndSwapUint64(w, x, x|uint64(slot)<<LatchShift) {
 				atomic.StoreUint32(e, atomic.LoadUint32(e)+1)
 				if !semCommit(w, slot, -1) {
 					return Daemon
 				}
+				if h == slot {
+					heirServed(w, h, wt)
+				}
 				return OK
 			}
 		default:
-			if timeout == 0 || !sleep(w, x, deadline) {
+			if !heirTurn(w, x, timeout, deadline, wt, false) {
 				return Busy
 			}
 		}

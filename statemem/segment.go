@@ -204,6 +204,7 @@ func (s *Segment) Alloc(kind uint8, state, bound uint64) (Ref, error) {
 	atomic.StoreUint64(s.Bound(off), bound)
 	atomic.StoreUint64(s.Since(off), 0)
 	atomic.StoreUint64((*uint64)(s.at(off, OffLedger)), 0)
+	atomic.StoreUint64((*uint64)(s.at(off, OffHeir)), 0) // the heir and the reserved word after it
 	atomic.StoreUint64(s.State(off), state)
 	atomic.StoreUint32(s.Tag(off), tag)
 	return Ref{Off: off, Tag: tag}, nil

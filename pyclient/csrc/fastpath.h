@@ -68,6 +68,31 @@
 #define OFF_LEDGER_LEN 44u
 #define LATCH_SPIN 100
 
+/* Waits (fp_wait.c). The header's bytes 24 and 28: the waiter table's
+ * offset and its number of records, one per session slot (0: no table).
+ * A record is REC_ENTRIES entries of ENTRY_SIZE bytes, one per thread of
+ * the slot asleep in a wait: u32 object offset, u32 in use (0/1), u64 since
+ * (CLOCK_MONOTONIC ns). */
+#define HDR_WAITERS 24u
+#define HDR_WAITERS_LEN 28u
+#define REC_ENTRIES 4u
+#define ENTRY_SIZE 16u
+#define REC_SIZE (REC_ENTRIES * ENTRY_SIZE)
+/* A Lock's, RLock's or Semaphore's heir (u32 at slot offset 48): the
+ * session slot a starving waiter reserved the next free turn (or unit) for
+ * (0: none). */
+#define OFF_HEIR 48u
+/* A waiter starves once it has waited this long (Go's sync.Mutex: 1 ms). */
+#define STARVE_AFTER 0.001
+/* A waiter that finds a lock free but reserved for another slot's heir
+ * looks again after at most this long. */
+#define RESERVED_NAP 0.002
+/* Futex bitsets: every sleeper matches WAKE_ANY; the heir's own sleep
+ * also matches WAKE_HEIR, so that a release in starvation mode wakes only
+ * it. */
+#define WAKE_NORMAL 1u
+#define WAKE_HEIR 2u
+
 /* Results, as in statemem.Result. */
 enum { RES_OK = 0, RES_BUSY = 1, RES_DAEMON = 2, RES_NOT_OWNER = 3 };
 
@@ -83,12 +108,20 @@ typedef struct {
 #define CAS(p, oldp, v) \
     __atomic_compare_exchange_n((p), (oldp), (v), 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)
 
-/* Sleep state shared by the waiting loops: a deadline (or none). */
+/* Sleep state shared by the waiting loops: a deadline (or none), and the
+ * waiter's record in the segment's waiter table while it waits. */
 typedef struct {
     int started; /* the deadline is set on the first sleep, not before */
     int forever;
     double deadline;
+    uint64_t slot;  /* the waiter's session slot; 0: no record, never the heir */
+    uint32_t *rec;  /* our entry in the slot's waiter record, while we hold it */
+    int slept;      /* slept on the word at least once */
+    int heir;       /* this wait made its slot the heir */
+    double start;   /* when the first contended turn began */
 } Wait;
+
+#define HEIR_OF(w) ((uint32_t *)((unsigned char *)(w) + OFF_HEIR))
 
 #define NARGS(n, name)                                                    \
     if (nargs != (n)) {                                                   \
@@ -103,10 +136,16 @@ static inline PyObject *result(int r) { return r < 0 ? NULL : PyLong_FromLong(r)
 
 /* fp_wait.c */
 void futex_wake_all(uint64_t *w);
+void futex_wake_one(uint64_t *w);
+void futex_wake_heir(uint64_t *w);
+uint32_t *waiter_record(Segment *s, uint64_t slot);
+void wait_done(uint64_t *w, Wait *wt, int r);
+int sleep_on_bits(Segment *s, uint64_t *w, uint64_t x, Wait *wt, uint32_t bits);
 void stamp_since(uint64_t *w);
 double now_monotonic(void);
 int sleep_on(Segment *s, uint64_t *w, uint64_t x, Wait *wt);
 int wait_turn(Segment *s, uint64_t *w, uint64_t x, double timeout, Wait *wt);
+int heir_turn(Segment *s, uint64_t *w, uint64_t x, double timeout, Wait *wt, int reserved);
 int turn_result(int r);
 uint64_t *word_at(Segment *s, PyObject *offobj, unsigned field);
 int get_u64(PyObject *o, uint64_t *out);

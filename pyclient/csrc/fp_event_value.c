@@ -45,20 +45,28 @@ PyObject *seg_event_clear(Segment *s, PyObject *const *args, Py_ssize_t nargs) {
 }
 
 /* Waits until the flag is set or the generation is no longer gen. */
-static PyObject *event_wait_core(Segment *s, uint64_t *w, uint64_t gen, double timeout) {
-    Wait wt = {0, 0, 0};
+static int event_wait_in(Segment *s, uint64_t *w, uint64_t gen, double timeout, Wait *wt) {
     for (;;) {
         uint64_t x = LOAD(w);
         if ((x & EVENT_FLAG) || (x & EVENT_GEN_MAX) != gen)
-            Py_RETURN_TRUE;
-        int r = wait_turn(s, w, x, timeout, &wt);
-        if (r < 0)
-            return NULL;
-        if (r == 0)
-            Py_RETURN_FALSE;
-        if (r == 2)
-            Py_RETURN_NONE; /* the daemon is gone: ask the socket path */
+            return 1;
+        int r = wait_turn(s, w, x, timeout, wt);
+        if (r != 1)
+            return r == 2 ? 2 : r < 0 ? -1 : 0;
     }
+}
+
+/* slot 0: no waiter record. A set wakes every sleeper (one FUTEX_WAKE), so
+ * a waiter leaving passes no wake-up on. */
+static PyObject *event_wait_core(Segment *s, uint64_t *w, uint64_t gen, double timeout, uint64_t slot) {
+    Wait wt = {.slot = slot};
+    int r = event_wait_in(s, w, gen, timeout, &wt);
+    wait_done(w, &wt, RES_OK);
+    if (r < 0)
+        return NULL;
+    if (r == 2)
+        Py_RETURN_NONE; /* the daemon is gone: ask the socket path */
+    return PyBool_FromLong(r);
 }
 
 /* event_wait(off, timeout) -> bool: set (or set and cleared since the call);
@@ -69,7 +77,7 @@ PyObject *seg_event_wait(Segment *s, PyObject *const *args, Py_ssize_t nargs) {
     double timeout;
     if (w == NULL || get_timeout(args[1], &timeout) < 0)
         return NULL;
-    return event_wait_core(s, w, LOAD(w) & EVENT_GEN_MAX, timeout);
+    return event_wait_core(s, w, LOAD(w) & EVENT_GEN_MAX, timeout, 0);
 }
 
 /* event_gen(off) -> the Event's generation, for event_wait_since and the
@@ -82,15 +90,20 @@ PyObject *seg_event_gen(Segment *s, PyObject *const *args, Py_ssize_t nargs) {
     return PyLong_FromUnsignedLongLong(LOAD(w) & EVENT_GEN_MAX);
 }
 
-/* event_wait_since(off, gen, timeout) -> bool: as event_wait, counting any
- * set after generation gen (read earlier from the state word) */
+/* event_wait_since(off, gen, timeout[, slot]) -> bool: as event_wait,
+ * counting any set after generation gen (read earlier from the state word);
+ * with slot, the wait is counted in the slot's waiter record */
 PyObject *seg_event_wait_since(Segment *s, PyObject *const *args, Py_ssize_t nargs) {
-    NARGS(3, "event_wait_since");
-    uint64_t *w = word_at(s, args[0], 0), gen;
-    double timeout;
-    if (w == NULL || get_u64(args[1], &gen) < 0 || get_timeout(args[2], &timeout) < 0)
+    if (nargs != 3 && nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "event_wait_since() takes 3 or 4 arguments");
         return NULL;
-    return event_wait_core(s, w, gen & EVENT_GEN_MAX, timeout);
+    }
+    uint64_t *w = word_at(s, args[0], 0), gen, slot = 0;
+    double timeout;
+    if (w == NULL || get_u64(args[1], &gen) < 0 || get_timeout(args[2], &timeout) < 0 ||
+        (nargs == 4 && get_slot(args[3], &slot) < 0))
+        return NULL;
+    return event_wait_core(s, w, gen & EVENT_GEN_MAX, timeout, slot);
 }
 
 /* --- Value --------------------------------------------------------------- */

@@ -3,27 +3,65 @@
 
 /* --- Lock and RLock: the word protocol ---------------------------------- */
 
+/*
+ * Barging with bounded unfairness (docs/protocol.md, "Waits"): a free lock
+ * goes to whoever CASes it first, unless a starving waiter made its slot the
+ * heir, in which case only the heir's slot may take it. A release wakes one
+ * sleeper (the heir alone while there is one); whoever takes the lock after
+ * sleeping keeps the sleepers bit set, so that its own release wakes the
+ * next.
+ */
+
+/* Whether slot may take a free lock whose heir field reads h. */
+static int may_take(uint32_t h, uint64_t slot) { return h == 0 || h == (uint32_t)slot; }
+
+/* The heir took its turn: the reservation is spent. */
+static void heir_served(uint64_t *w, uint32_t h, Wait *wt) {
+    if (h != 0) {
+        CAS(HEIR_OF(w), &h, 0);
+        wt->heir = 0;
+    }
+}
+
+/* The wake-up a release owes when the word had sleepers. */
+static void release_wake(uint64_t *w) {
+    if (LOAD(HEIR_OF(w)) != 0)
+        futex_wake_heir(w);
+    else
+        futex_wake_one(w);
+}
+
 /* Each returns a result code, or -1 with a Python exception set. */
 
-int lock_acquire_core(Segment *s, uint64_t *w, uint64_t slot, uint64_t tid, double timeout) {
+static int lock_acquire_in(Segment *s, uint64_t *w, uint64_t slot, uint64_t tid, double timeout, Wait *wt) {
     uint64_t *aux = w + 1;
-    Wait wt = {0, 0, 0};
     for (;;) {
         uint64_t x = LOAD(w);
         if (x & BIT_DAEMON)
             return RES_DAEMON;
         if ((x & MASK_LOW) == 0) {
-            if (CAS(w, &x, x | slot)) {
-                STORE(aux, tid);
-                stamp_since(w);
-                return RES_OK;
+            uint32_t h = LOAD(HEIR_OF(w));
+            if (may_take(h, slot)) {
+                if (CAS(w, &x, x | slot | (wt->slept ? BIT_WAITERS : 0))) {
+                    heir_served(w, h, wt);
+                    STORE(aux, tid);
+                    stamp_since(w);
+                    return RES_OK;
+                }
+                continue;
             }
-            continue;
         }
-        int r = wait_turn(s, w, x, timeout, &wt);
+        int r = heir_turn(s, w, x, timeout, wt, (x & MASK_LOW) == 0);
         if (r != 1)
             return turn_result(r);
     }
+}
+
+int lock_acquire_core(Segment *s, uint64_t *w, uint64_t slot, uint64_t tid, double timeout) {
+    Wait wt = {.slot = slot};
+    int r = lock_acquire_in(s, w, slot, tid, timeout, &wt);
+    wait_done(w, &wt, r);
+    return r;
 }
 
 /* Any session may release a Lock. */
@@ -39,7 +77,7 @@ int lock_release_core(uint64_t *w) {
         STORE(aux, 0);
         if (CAS(w, &x, x & ~(MASK_LOW | BIT_WAITERS))) {
             if (x & BIT_WAITERS)
-                futex_wake_all(w);
+                release_wake(w);
             return RES_OK;
         }
         uint64_t zero = 0;
@@ -47,9 +85,8 @@ int lock_release_core(uint64_t *w) {
     }
 }
 
-int rlock_acquire_core(Segment *s, uint64_t *w, uint64_t slot, uint64_t tid, double timeout) {
+static int rlock_acquire_in(Segment *s, uint64_t *w, uint64_t slot, uint64_t tid, double timeout, Wait *wt) {
     uint64_t *aux = w + 1;
-    Wait wt = {0, 0, 0};
     for (;;) {
         uint64_t x = LOAD(w);
         uint64_t owner = x & MASK_LOW;
@@ -63,17 +100,28 @@ int rlock_acquire_core(Segment *s, uint64_t *w, uint64_t slot, uint64_t tid, dou
         if (x & BIT_DAEMON)
             return RES_DAEMON;
         if (owner == 0) {
-            if (CAS(w, &x, (x & BIT_WAITERS) | slot | DEPTH_ONE)) {
-                STORE(aux, tid);
-                stamp_since(w);
-                return RES_OK;
+            uint32_t h = LOAD(HEIR_OF(w));
+            if (may_take(h, slot)) {
+                if (CAS(w, &x, (x & BIT_WAITERS) | slot | DEPTH_ONE | (wt->slept ? BIT_WAITERS : 0))) {
+                    heir_served(w, h, wt);
+                    STORE(aux, tid);
+                    stamp_since(w);
+                    return RES_OK;
+                }
+                continue;
             }
-            continue;
         }
-        int r = wait_turn(s, w, x, timeout, &wt);
+        int r = heir_turn(s, w, x, timeout, wt, owner == 0);
         if (r != 1)
             return turn_result(r);
     }
+}
+
+int rlock_acquire_core(Segment *s, uint64_t *w, uint64_t slot, uint64_t tid, double timeout) {
+    Wait wt = {.slot = slot};
+    int r = rlock_acquire_in(s, w, slot, tid, timeout, &wt);
+    wait_done(w, &wt, r);
+    return r;
 }
 
 int rlock_release_core(uint64_t *w, uint64_t slot, uint64_t tid) {
@@ -92,7 +140,7 @@ int rlock_release_core(uint64_t *w, uint64_t slot, uint64_t tid) {
         STORE(aux, 0);
         if (CAS(w, &x, 0)) {
             if (x & BIT_WAITERS)
-                futex_wake_all(w);
+                release_wake(w);
             return RES_OK;
         }
         STORE(aux, tid); /* still the owner: put it back */

@@ -164,14 +164,14 @@ static PyTypeObject SegmentType = {
 /* --- LockHandle: a proxy's acquire and release in C ---------------------- */
 
 /*
- * LockHandle(seg, off, slot, kind, slow_acquire, slow_release, futex_wait,
- * queue_acquire): bound methods acquire and release for one Lock (kind 0),
- * RLock (1) or Semaphore (2) proxy. The common calls (acquire() with no arguments, release()) run here
- * with no Python frame. An acquire() that is still waiting after futex_wait
- * seconds calls queue_acquire(), which waits in the daemon's queue instead
- * (where status shows it, in FIFO order). Anything else (arguments, a
- * DAEMON answer, an error, a detached segment) goes to slow_acquire(*args,
- * **kw) or slow_release(), the Python methods that handle every case.
+ * LockHandle(seg, off, slot, kind, slow_acquire, slow_release): bound
+ * methods acquire and release for one Lock (kind 0), RLock (1) or Semaphore
+ * (2) proxy. The common calls (acquire() with no arguments, release()) run
+ * here with no Python frame; acquire() sleeps on the futex for as long as
+ * it waits, counted in the slot's waiter record (status shows it).
+ * Anything else (arguments, a DAEMON answer, an error, a detached segment)
+ * goes to slow_acquire(*args, **kw) or slow_release(), the Python methods
+ * that handle every case.
  */
 enum { HANDLE_LOCK = 0, HANDLE_RLOCK = 1, HANDLE_SEMAPHORE = 2 };
 
@@ -182,20 +182,16 @@ typedef struct {
     uint64_t slot;
     int kind;
     acquire_core acquire;
-    double futex_wait;
     PyObject *slow_acquire;
     PyObject *slow_release;
-    PyObject *queue_acquire;
 } Handle;
 
 static int handle_init(Handle *h, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"seg", "off", "slot", "kind", "slow_acquire", "slow_release", "futex_wait",
-                             "queue_acquire", NULL};
-    PyObject *seg, *off, *slot, *sa, *sr, *qa;
+    static char *kwlist[] = {"seg", "off", "slot", "kind", "slow_acquire", "slow_release", NULL};
+    PyObject *seg, *off, *slot, *sa, *sr;
     int kind;
-    double fw;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OOiOOdO", kwlist, &SegmentType, &seg, &off, &slot, &kind, &sa,
-                                     &sr, &fw, &qa))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OOiOO", kwlist, &SegmentType, &seg, &off, &slot, &kind, &sa,
+                                     &sr))
         return -1;
     if (kind < HANDLE_LOCK || kind > HANDLE_SEMAPHORE) {
         PyErr_SetString(PyExc_ValueError, "kind must be 0 (Lock), 1 (RLock) or 2 (Semaphore)");
@@ -208,27 +204,20 @@ static int handle_init(Handle *h, PyObject *args, PyObject *kw) {
     uint64_t *w = word_at((Segment *)seg, off, 0), sl;
     if (w == NULL || get_slot(slot, &sl) < 0)
         return -1;
-    if (!PyCallable_Check(sa) || !PyCallable_Check(sr) || !PyCallable_Check(qa)) {
+    if (!PyCallable_Check(sa) || !PyCallable_Check(sr)) {
         PyErr_SetString(PyExc_TypeError, "slow paths must be callable");
-        return -1;
-    }
-    if (!(fw > 0)) {
-        PyErr_SetString(PyExc_ValueError, "futex_wait must be > 0");
         return -1;
     }
     Py_INCREF(seg);
     Py_INCREF(sa);
     Py_INCREF(sr);
-    Py_INCREF(qa);
     h->seg = (Segment *)seg;
     h->w = w;
     h->slot = sl;
     h->kind = kind;
     h->acquire = kind == HANDLE_RLOCK ? rlock_acquire_core : kind == HANDLE_SEMAPHORE ? sem_acquire_core : lock_acquire_core;
-    h->futex_wait = fw;
     h->slow_acquire = sa;
     h->slow_release = sr;
-    h->queue_acquire = qa;
     return 0;
 }
 
@@ -236,7 +225,6 @@ static void handle_dealloc(Handle *h) {
     Py_XDECREF(h->seg);
     Py_XDECREF(h->slow_acquire);
     Py_XDECREF(h->slow_release);
-    Py_XDECREF(h->queue_acquire);
     Py_TYPE(h)->tp_free((PyObject *)h);
 }
 
@@ -247,13 +235,11 @@ static PyObject *handle_acquire(Handle *h, PyObject *const *args, Py_ssize_t nar
     }
     if (nargs == 0 && kwnames == NULL && !LOAD(&h->seg->detached)) {
         uint64_t tid = (uint64_t)PyThread_get_thread_ident();
-        int r = h->acquire(h->seg, h->w, h->slot, tid, h->futex_wait);
+        int r = h->acquire(h->seg, h->w, h->slot, tid, -1.0);
         if (r < 0)
             return NULL;
         if (r == RES_OK)
             Py_RETURN_TRUE;
-        if (r == RES_BUSY)
-            return PyObject_CallNoArgs(h->queue_acquire);
     }
     return PyObject_Vectorcall(h->slow_acquire, args, (size_t)nargs, kwnames);
 }
@@ -285,7 +271,36 @@ static PyObject *handle_release(Handle *h, PyObject *const *args, Py_ssize_t nar
     return PyObject_CallNoArgs(h->slow_release);
 }
 
+/*
+ * rebind(seg, off, slot): point the handle at another mapping and session
+ * slot (a forked child moves its inherited handles to its own session).
+ * References to the bound methods taken before the fork (acq =
+ * lock.acquire) then run in C again, at the parent's speed.
+ */
+static PyObject *handle_rebind(Handle *h, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(3, "rebind");
+    if (h->seg == NULL) {
+        PyErr_SetString(PyExc_ValueError, "uninitialised handle");
+        return NULL;
+    }
+    if (!PyObject_TypeCheck(args[0], &SegmentType)) {
+        PyErr_SetString(PyExc_TypeError, "rebind() needs a Segment");
+        return NULL;
+    }
+    Segment *seg = (Segment *)args[0];
+    uint64_t *w = word_at(seg, args[1], 0), sl;
+    if (w == NULL || get_slot(args[2], &sl) < 0)
+        return NULL;
+    Py_INCREF(seg);
+    Py_SETREF(h->seg, seg);
+    h->w = w;
+    h->slot = sl;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef handle_methods[] = {
+    {"rebind", (PyCFunction)(void (*)(void))handle_rebind, METH_FASTCALL,
+     "rebind(seg, off, slot): use another mapping and session slot (after a fork)"},
     {"acquire", (PyCFunction)(void (*)(void))handle_acquire, METH_FASTCALL | METH_KEYWORDS,
      "acquire(blocking=True, timeout=None) -> bool"},
     {"release", (PyCFunction)(void (*)(void))handle_release, METH_FASTCALL, "release()"},
@@ -297,7 +312,7 @@ static PyTypeObject HandleType = {
     .tp_name = "syncmgr._fastpath.LockHandle",
     .tp_basicsize = sizeof(Handle),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "LockHandle(seg, off, slot, kind, slow_acquire, slow_release, futex_wait, queue_acquire): "
+    .tp_doc = "LockHandle(seg, off, slot, kind, slow_acquire, slow_release): "
               "kind 0 Lock, 1 RLock, 2 Semaphore",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)handle_init,

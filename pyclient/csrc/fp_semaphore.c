@@ -42,7 +42,7 @@ static int latch_wait(Segment *s, uint64_t *w, uint64_t x, double *since) {
         *since = now;
     else if (now - *since >= LATCH_GRACE)
         return 2;
-    Wait wt = {1, 0, now + 0.001};
+    Wait wt = {.started = 1, .deadline = now + 0.001};
     int r = sleep_on(s, w, x, &wt);
     return r == 0 ? 1 : r;
 }
@@ -65,12 +65,7 @@ static int sem_commit(uint64_t *w, uint64_t slot, int64_t delta) {
 
 /* The tid is not used (a unit is the session's): the signature is the
  * lock's, so that the handle's acquire loop serves all three. */
-int sem_acquire_core(Segment *s, uint64_t *w, uint64_t slot, uint64_t tid, double timeout) {
-    (void)tid;
-    uint32_t *e = ledger_entry(s, w, slot);
-    if (e == NULL)
-        return RES_DAEMON;
-    Wait wt = {0, 0, 0};
+static int sem_acquire_in(Segment *s, uint64_t *w, uint64_t slot, uint32_t *e, double timeout, Wait *wt) {
     double latch_since = 0;
     for (;;) {
         uint64_t x = LOAD(w);
@@ -80,17 +75,40 @@ int sem_acquire_core(Segment *s, uint64_t *w, uint64_t slot, uint64_t tid, doubl
         if (latched(x)) {
             r = latch_wait(s, w, x, &latch_since);
         } else if (x & MASK_LOW) {
-            if (CAS(w, &x, x | (slot << LATCH_SHIFT))) {
-                STORE(e, LOAD(e) + 1);
-                return sem_commit(w, slot, -1) ? RES_OK : RES_DAEMON;
+            /* The last free unit is kept for a starving waiter's slot (the heir). */
+            uint32_t h = LOAD(HEIR_OF(w));
+            if (h != 0 && h != (uint32_t)slot && (x & MASK_LOW) == 1) {
+                r = heir_turn(s, w, x, timeout, wt, 1);
+            } else {
+                if (CAS(w, &x, x | (slot << LATCH_SHIFT))) {
+                    STORE(e, LOAD(e) + 1);
+                    if (!sem_commit(w, slot, -1))
+                        return RES_DAEMON;
+                    if (h == (uint32_t)slot) {
+                        CAS(HEIR_OF(w), &h, 0);
+                        wt->heir = 0;
+                    }
+                    return RES_OK;
+                }
+                continue;
             }
-            continue;
         } else {
-            r = wait_turn(s, w, x, timeout, &wt);
+            r = heir_turn(s, w, x, timeout, wt, 0);
         }
         if (r != 1)
             return turn_result(r);
     }
+}
+
+int sem_acquire_core(Segment *s, uint64_t *w, uint64_t slot, uint64_t tid, double timeout) {
+    (void)tid;
+    uint32_t *e = ledger_entry(s, w, slot);
+    if (e == NULL)
+        return RES_DAEMON;
+    Wait wt = {.slot = slot}; /* counted in the slot's waiter record while it waits */
+    int r = sem_acquire_in(s, w, slot, e, timeout, &wt);
+    wait_done(w, &wt, r);
+    return r;
 }
 
 /* Gives back one unit this session took by CAS; anything else (no units of

@@ -5,6 +5,86 @@ void futex_wake_all(uint64_t *w) {
     syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
+/* One sleeper (the kernel wakes them in arrival order): a Lock's release. */
+void futex_wake_one(uint64_t *w) {
+    syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, 1, NULL, NULL, 0);
+}
+
+/* The heir's threads only: a release while a starving waiter is the heir. */
+void futex_wake_heir(uint64_t *w) {
+    syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE_BITSET, INT_MAX, NULL, NULL, WAKE_HEIR);
+}
+
+static uint64_t coarse_ns(void) {
+    struct timespec ts;
+#ifdef CLOCK_MONOTONIC_COARSE
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+#else
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+#endif
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/* --- waiter records ------------------------------------------------------- */
+
+/*
+ * The segment's waiter table has one record per session slot (for the
+ * slots below its length), of REC_ENTRIES entries: one per thread of the
+ * slot asleep in a wait, naming the object and since when (a thread that
+ * finds every entry in use waits unrecorded). `syncmgr status` lists them;
+ * when a session ends the daemon clears its record and wakes the sleepers
+ * of every lock word, so that a killed waiter who had been woken (and so
+ * took a release's one wake-up with it) strands no one. Shared by every
+ * family that sleeps on a word (and by the Queue's waits later).
+ */
+uint32_t *waiter_record(Segment *s, uint64_t slot) {
+    uint32_t off = LOAD((uint32_t *)(s->base + HDR_WAITERS));
+    uint32_t n = LOAD((uint32_t *)(s->base + HDR_WAITERS_LEN));
+    if (off < SLOT_SIZE || off % SLOT_SIZE != 0 || slot == 0 || slot >= n ||
+        (uint64_t)off + (uint64_t)n * REC_SIZE > s->size)
+        return NULL;
+    return (uint32_t *)(s->base + off + slot * REC_SIZE);
+}
+
+/* Takes a free entry of the slot's record for this wait (once per wait). */
+static void wait_enter(Segment *s, uint64_t *w, Wait *wt) {
+    if (wt->slot == 0 || wt->rec != NULL)
+        return;
+    uint32_t *r = waiter_record(s, wt->slot);
+    if (r == NULL)
+        return;
+    for (unsigned i = 0; i < REC_ENTRIES; i++) {
+        uint32_t *e = r + i * (ENTRY_SIZE / 4), free = 0;
+        if (CAS(e + 1, &free, 1)) {
+            STORE(e, (uint32_t)((unsigned char *)w - s->base));
+            STORE((uint64_t *)(e + 2), coarse_ns());
+            wt->rec = e;
+            return;
+        }
+    }
+}
+
+/*
+ * wait_done ends a wait whose result is r: the waiter leaves its record,
+ * gives up the heir's place it took, and, when it slept and leaves without
+ * the lock (a timeout, a signal, the daemon's answer), passes a wake-up on:
+ * a release wakes one sleeper, and the one it woke may be this one.
+ */
+void wait_done(uint64_t *w, Wait *wt, int r) {
+    if (wt->rec != NULL) {
+        STORE(wt->rec, 0);
+        STORE(wt->rec + 1, 0);
+        wt->rec = NULL;
+    }
+    if (wt->heir) {
+        uint32_t me = (uint32_t)wt->slot;
+        __atomic_compare_exchange_n(HEIR_OF(w), &me, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+        wt->heir = 0;
+    }
+    if (wt->slept && r != RES_OK)
+        futex_wake_one(w);
+}
+
 /* The since field: when the owner took the lock, CLOCK_MONOTONIC ns (the
  * daemon reads it for status; every process on the host shares the clock).
  * The coarse clock (a few ms of resolution, plenty for "held for") costs a
@@ -27,16 +107,18 @@ double now_monotonic(void) {
 
 static void wait_init(Wait *wt, double timeout) {
     wt->forever = timeout < 0;
-    wt->deadline = wt->forever ? 0 : now_monotonic() + timeout;
+    wt->start = now_monotonic();
+    wt->deadline = wt->forever ? 0 : wt->start + timeout;
 }
 
 /*
- * sleep_on marks the word as having sleepers and sleeps while it reads x.
- * Returns 1 to look at the word again, 0 when the deadline has passed, 2
- * when the segment was detached (the daemon is gone), -1 with a Python
- * exception set (a signal handler raised).
+ * sleep_on_bits marks the word as having sleepers and sleeps while it
+ * reads x, matching the futex wake bitset bits. Returns 1 to look at the
+ * word again, 0 when the deadline has passed, 2 when the segment was
+ * detached (the daemon is gone), -1 with a Python exception set (a signal
+ * handler raised).
  */
-int sleep_on(Segment *s, uint64_t *w, uint64_t x, Wait *wt) {
+int sleep_on_bits(Segment *s, uint64_t *w, uint64_t x, Wait *wt, uint32_t bits) {
     if (LOAD(&s->detached))
         return 2;
     if (!(x & BIT_WAITERS)) {
@@ -47,22 +129,28 @@ int sleep_on(Segment *s, uint64_t *w, uint64_t x, Wait *wt) {
     }
     struct timespec ts, *tsp = NULL;
     if (!wt->forever) {
-        double left = wt->deadline - now_monotonic();
-        if (left <= 0)
+        if (wt->deadline - now_monotonic() <= 0)
             return 0;
-        ts.tv_sec = (time_t)left;
-        ts.tv_nsec = (long)((left - (double)ts.tv_sec) * 1e9);
+        ts.tv_sec = (time_t)wt->deadline; /* FUTEX_WAIT_BITSET: an absolute CLOCK_MONOTONIC time */
+        ts.tv_nsec = (long)((wt->deadline - (double)ts.tv_sec) * 1e9);
+        if (ts.tv_nsec >= 1000000000L)
+            ts.tv_nsec = 999999999L;
         tsp = &ts;
     }
+    wt->slept = 1;
     long rc;
     int err;
     Py_BEGIN_ALLOW_THREADS
-    rc = syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, (uint32_t)x, tsp, NULL, 0);
+    rc = syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT_BITSET, (uint32_t)x, tsp, NULL, bits);
     err = errno;
     Py_END_ALLOW_THREADS
     if (rc == -1 && err == EINTR && PyErr_CheckSignals() < 0)
         return -1;
     return LOAD(&s->detached) ? 2 : 1;
+}
+
+int sleep_on(Segment *s, uint64_t *w, uint64_t x, Wait *wt) {
+    return sleep_on_bits(s, w, x, wt, WAKE_NORMAL);
 }
 
 /*
@@ -77,7 +165,53 @@ int wait_turn(Segment *s, uint64_t *w, uint64_t x, double timeout, Wait *wt) {
         wait_init(wt, timeout);
         wt->started = 1;
     }
+    wait_enter(s, w, wt);
     return sleep_on(s, w, x, wt);
+}
+
+/*
+ * heir_turn is wait_turn for a Lock, an RLock or a Semaphore, with bounded
+ * unfairness: a waiter that has waited STARVE_AFTER makes its slot the heir
+ * (if no one is), which reserves the next free turn (unit) for it; the heir
+ * then sleeps so that a Lock's release wakes it alone. reserved: what the
+ * caller wants is there but kept for another slot's heir. Results as
+ * wait_turn's.
+ */
+int heir_turn(Segment *s, uint64_t *w, uint64_t x, double timeout, Wait *wt, int reserved) {
+    if (timeout == 0)
+        return 0;
+    if (!wt->started) {
+        wait_init(wt, timeout);
+        wt->started = 1;
+    }
+    wait_enter(s, w, wt);
+    uint32_t bits = WAKE_NORMAL;
+    if (wt->slot != 0) {
+        uint32_t *heir = HEIR_OF(w), h = LOAD(heir);
+        if (h == 0 && now_monotonic() - wt->start >= STARVE_AFTER) {
+            if (CAS(heir, &h, (uint32_t)wt->slot)) {
+                wt->heir = 1;
+                return 1; /* look again: the lock may be free for us now */
+            }
+        }
+        if (h == (uint32_t)wt->slot)
+            bits = WAKE_NORMAL | WAKE_HEIR;
+    }
+    if (reserved) {
+        /* Free but reserved for another slot's heir: its wake-up is not
+         * ours to wait for (the heir may leave or die without one), so
+         * look again within RESERVED_NAP. */
+        Wait nap = *wt;
+        double until = now_monotonic() + RESERVED_NAP;
+        if (nap.forever || until < nap.deadline) {
+            nap.forever = 0;
+            nap.deadline = until;
+        }
+        int r = sleep_on_bits(s, w, x, &nap, bits);
+        wt->slept = nap.slept;
+        return r == 0 && (wt->forever || now_monotonic() < wt->deadline) ? 1 : r;
+    }
+    return sleep_on_bits(s, w, x, wt, bits);
 }
 
 /* The result code of an acquire loop for a wait_turn that did not say "again". */

@@ -71,12 +71,11 @@ _VALUE_CLASS = {
 
 _get_ident = threading.get_ident
 
-# A contended Lock, RLock or Semaphore acquire sleeps on the word's futex for at most
-# this many seconds, then waits in the daemon's queue: short waits keep the
-# futex's microsecond hand-off; long ones are FIFO, and `syncmgr status`
-# shows them, as on the socket path.
-FUTEX_WAIT = 0.05
-_monotonic = time.monotonic
+# A contended Lock, RLock or Semaphore acquire, and an Event wait, sleep on
+# the word's futex for their whole timeout, counted in the session slot's
+# waiter record in the segment (so `syncmgr status` shows them); a waiter
+# that has waited 1 ms becomes the heir a release hands the lock to
+# (docs/protocol.md, "Waits").
 
 
 def enabled_by_env() -> bool:
@@ -404,27 +403,30 @@ class _LockHandle(_Handle):
         t = _acquire_timeout(blocking, timeout)
         if t is None or not self.usable():
             return bool(self.slow("acquire", blocking, timeout))
-        start = _monotonic()
-        short = 0 <= t <= FUTEX_WAIT
-        r = self.take(self.off, self.slot, _get_ident(), t if short else FUTEX_WAIT)
+        start = time.monotonic()
+        r = self.take(self.off, self.slot, _get_ident(), t)
         if r == OK:
             return True
-        if r == BUSY and short:
+        if r == BUSY:
             return False
-        # DAEMON, or still busy after FUTEX_WAIT: the daemon's queue, for the rest of the timeout.
+        # DAEMON (the daemon has waiters queued, or is gone): the socket path, for the rest of the timeout.
         if t > 0:
-            timeout = max(0.0, t - (_monotonic() - start))
+            timeout = max(0.0, t - (time.monotonic() - start))
         return bool(self.slow("acquire", blocking, timeout))
 
-    def queue_acquire(self) -> bool:
-        """acquire() after FUTEX_WAIT on the futex: wait in the daemon's queue."""
-        return bool(self.slow("acquire", True, None))
+    chandle: Any = None  # the C handle: one per proxy for its whole life
 
     def install(self, proxy: BaseProxy) -> None:
         # The common calls run in C (no Python frame); this class's methods
-        # are their slow paths.
-        h = _ext.LockHandle(self.seg, self.off, self.slot, self.handle_kind,  # type: ignore[union-attr]
-                            self.acquire, self.release, FUTEX_WAIT, self.queue_acquire)
+        # are their slow paths. A forked child keeps the very same C handle,
+        # pointed at its own mapping and slot (rebind), so that references
+        # to proxy.acquire taken before the fork stay on the C path.
+        h = self.chandle
+        if h is None:
+            h = self.chandle = _ext.LockHandle(self.seg, self.off, self.slot,  # type: ignore[union-attr]
+                                               self.handle_kind, self.acquire, self.release)
+        else:
+            h.rebind(self.seg, self.off, self.slot)
         proxy.__dict__["_fast"] = self
         proxy.__dict__["acquire"] = h.acquire
         proxy.__dict__["release"] = h.release
@@ -515,20 +517,10 @@ class _EventHandle(_Handle):
                 return bool(self.slow("wait", timeout))
         if not self.usable():
             return bool(self.slow("wait", timeout))
-        start = _monotonic()
-        gen = self.seg.event_gen(self.off)
-        short = t <= FUTEX_WAIT and t >= 0
-        r = self.seg.event_wait_since(self.off, gen, t if short else FUTEX_WAIT)
+        r = self.seg.event_wait_since(self.off, self.seg.event_gen(self.off), t, self.fp.slot)
         if r is None:  # the daemon went away during the wait
             return bool(self.slow("wait", timeout))
-        if r or short:
-            return bool(r)
-        # Still clear after FUTEX_WAIT: the daemon's queue for the rest, counting any set since gen.
-        p = self.proxy()
-        if p is None:
-            raise exc.SyncMgrError("the proxy is gone")
-        left = None if t < 0 else max(0.0, t - (_monotonic() - start))
-        return bool(p._call_blocking("wait", left, timeout=left, since=gen))
+        return bool(r)
 
 
 class _ValueHandle(_Handle):
