@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from conftest import wait_until
+from conftest import segment_fd, wait_until
 from syncmgr import _connection, _fast
 
 pytestmark = pytest.mark.skipif(_fast._ext is None or os.environ.get("SYNCMGR_FASTPATH") == "0",
@@ -191,11 +191,12 @@ def test_killed_waiter_after_its_wake_up_strands_no_one(m, kind):
 
 def _reserve_heir(lock, ready):
     # Play a starving waiter's first step, then die: make this session's
-    # slot the lock's heir (raw write to the segment file) and stop.
+    # slot the lock's heir (a raw write to the segment, as any process of the
+    # user can make) and stop.
     lock.acquire(False)
     lock.release()  # on the child's own session now
     h = lock._fast
-    fd = os.open(h.fp.identity[0], os.O_RDWR | os.O_NOFOLLOW)
+    fd = segment_fd(lock._client.address, lock._client._key)
     os.pwrite(fd, struct.pack("<I", h.fp.slot), h.off + 48)
     os.close(fd)
     ready.set()
