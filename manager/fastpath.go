@@ -23,6 +23,9 @@ type fastPath struct {
 	byOff    map[uint32]Object // objects whose words are in the segment
 	refs     map[Object]statemem.Ref
 	attached map[Slot]*Session // sessions whose end hook is registered, until it ran
+	queues   map[*Queue]*queueRing
+	// perObject is the byte limit per object (a ring's inline limit).
+	perObject int64
 }
 
 // slotGone reports whether the session of slot has ended (or was never
@@ -39,7 +42,8 @@ func (f *fastPath) slotGone(slot Slot) bool {
 func (m *Manager) EnableFastPath(seg *statemem.Segment) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.fast = &fastPath{seg: seg, byOff: make(map[uint32]Object), refs: make(map[Object]statemem.Ref), attached: make(map[Slot]*Session)}
+	m.fast = &fastPath{seg: seg, byOff: make(map[uint32]Object), refs: make(map[Object]statemem.Ref), attached: make(map[Slot]*Session),
+		perObject: m.cfg.MaxObjectBytes}
 }
 
 // FastSegment returns the segment, or nil when the fast path is off.
@@ -125,6 +129,7 @@ func (m *Manager) releaseSlotWords(f *fastPath, s *Session) {
 	for _, sem := range sems {
 		sem.releaseSession(s)
 	}
+	f.releaseQueueSlots(s.Slot())
 	f.mu.Lock()
 	delete(f.attached, s.Slot())
 	f.mu.Unlock()
@@ -146,6 +151,8 @@ func (m *Manager) bindFast(obj Object) {
 		f.bind(o, statemem.KindEvent, &o.mu, &o.st.W0, nil, nil)
 	case *Semaphore:
 		f.bindSemaphore(o)
+	case *Queue:
+		f.bindQueue(o, f.perObject)
 	case *Value:
 		if o.numeric() {
 			f.bind(o, statemem.KindValue, &o.mu, nil, &o.cell.Bits, nil)
@@ -213,6 +220,8 @@ func (m *Manager) unbindFast(obj Object) {
 		f.unbind(o, &o.mu, &o.st.W0, nil, nil)
 	case *Semaphore:
 		f.unbindSemaphore(o)
+	case *Queue:
+		f.unbindQueue(o)
 	case *Value:
 		f.unbind(o, &o.mu, nil, &o.cell.Bits, nil)
 	case *Condition:

@@ -21,7 +21,8 @@ type Queue struct {
 	lim        *byteLimits // nil: no byte limits
 	held       int64       // counted bytes of items and waiting putters' items
 	getters    waitQueue
-	putters    waitQueue // each carries the item it wants to put
+	putters    waitQueue  // each carries the item it wants to put
+	ring       *queueRing // non-nil: the items are in a shared ring (queue_ring.go)
 }
 
 func newQueue(name string, maxsize int64) *Queue {
@@ -90,7 +91,12 @@ func (q *Queue) Unfinished() int64 {
 	return q.unfinished
 }
 
-func (q *Queue) full() bool { return q.maxsize > 0 && int64(q.items.Len()) >= q.maxsize }
+func (q *Queue) full() bool {
+	if q.ring != nil {
+		return q.maxsize > 0 && int64(q.ringLen()) >= q.maxsize
+	}
+	return q.maxsize > 0 && int64(q.items.Len()) >= q.maxsize
+}
 
 func (q *Queue) pushBack(item []byte) {
 	q.items.PushBack(item)
@@ -140,6 +146,9 @@ func (q *Queue) PutGrant(ctx context.Context, item []byte, block bool, timeout t
 }
 
 func (q *Queue) put(ctx context.Context, item []byte, block bool, timeout time.Duration) error {
+	if q.ring != nil {
+		return q.ringPut(ctx, item, block, timeout)
+	}
 	q.mu.Lock()
 	if q.dead != nil {
 		q.mu.Unlock()
@@ -215,6 +224,9 @@ func (q *Queue) GetGrant(ctx context.Context, block bool, timeout time.Duration)
 func (q *Queue) undo(g *Grant) { _ = q.Unget(g.item) }
 
 func (q *Queue) get(ctx context.Context, block bool, timeout time.Duration) ([]byte, error) {
+	if q.ring != nil {
+		return q.ringGet(ctx, block, timeout)
+	}
 	q.mu.Lock()
 	if q.dead != nil {
 		q.mu.Unlock()
@@ -262,6 +274,10 @@ func (q *Queue) Unget(item []byte) error {
 	if q.dead != nil {
 		return q.dead
 	}
+	if q.ring != nil {
+		q.ringUnget(item)
+		return nil
+	}
 	if w := q.getters.front(); w != nil {
 		w.item = item
 		q.getters.grant(w)
@@ -278,6 +294,9 @@ func (q *Queue) Unget(item []byte) error {
 func (q *Queue) Len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if q.ring != nil {
+		return q.ringLen()
+	}
 	return q.items.Len()
 }
 
@@ -292,6 +311,9 @@ func (q *Queue) Full() bool {
 func (q *Queue) Describe() (string, int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if q.ring != nil {
+		return q.ringDescribe()
+	}
 	max := "unbounded"
 	if q.maxsize > 0 {
 		max = fmt.Sprintf("max %d", q.maxsize)
@@ -307,4 +329,7 @@ func (q *Queue) fail(err error) {
 	q.getters.failAll(err)
 	q.putters.failAll(err)
 	q.joiners.failAll(err)
+	if q.ring != nil {
+		q.ring.kick()
+	}
 }

@@ -334,6 +334,31 @@ class QueueProxy(BaseProxy):
     def full(self) -> bool:
         return bool(self._call("full"))
 
+    def put_many(self, items: Any, block: bool = True, timeout: Optional[float] = None) -> None:
+        """Put every item of items, in order (faster-fifo's batch call). Every
+        item is encoded (an unpicklable one refused) before any is stored."""
+        datas = [_dumps(x) for x in items]
+        t = 0.0 if not block else _timeout_arg(True, timeout, minus_one_forever=False)
+        start = time.monotonic()
+        for d in datas:
+            left = t if t is None or t == 0 else max(0.0, t - (time.monotonic() - start))
+            self._call_blocking("put", left, blob_key="item", blob=d, block=block, timeout=left)
+
+    def get_many(self, max_items: int = 1 << 30, block: bool = True, timeout: Optional[float] = None) -> list[Any]:
+        """Get at least one item (waiting as get does), then as many more as
+        are there at once, up to max_items (faster-fifo's batch call)."""
+        if isinstance(max_items, bool) or not isinstance(max_items, int):
+            raise TypeError("max_items must be an int")
+        if max_items < 1:
+            raise ValueError("max_items must be at least 1")
+        out = [self.get(block, timeout)]
+        while len(out) < max_items:
+            try:
+                out.append(self.get(False))
+            except exc.Empty:
+                break
+        return out
+
 
 class JoinableQueueProxy(QueueProxy):
     """A shared JoinableQueue: a Queue with task_done and join."""

@@ -1,0 +1,617 @@
+/* syncmgr._fastpath: Queue: the Ring type, a queue's records in the
+ * daemon's shared ring (layout: statemem/ring.go, which this file must
+ * match).
+ *
+ * Every op holds the ring's latch (our session slot id in one word) while
+ * it reads or writes the ring, and commits with one store: a put stores
+ * the tail word once its record is complete, a get stores the head word
+ * once it has copied the record out. A process killed anywhere in an op
+ * leaves either nothing done or the op done; the daemon lets go of a dead
+ * session's latch. Nothing read from the ring is trusted: every position
+ * and length is checked against the capacity we were given, and anything
+ * impossible answers DAEMON (the daemon finds the damage and fails the
+ * queue with an error). */
+#include "fastpath.h"
+
+#include <sched.h>
+#include <signal.h>
+
+#define RING_MAGIC 0x5152474d434e5953ULL /* "SYNCMGRQ" */
+#define RING_VERSION 1u
+#define RING_SLOTS 1024u
+#define RING_HEADER (128u + 4u * RING_SLOTS)
+#define R_CAP 16u
+#define R_INLINE 32u
+#define R_LATCH 64u
+#define R_FLAGS 72u
+#define R_TAIL 80u
+#define R_HEAD 88u
+#define R_SEQ 96u
+#define R_WAITERS 104u
+#define R_SLOTS 128u
+#define FLAG_DAEMON 1ULL
+#define REC_ITEM 1u
+#define REC_EXTERNAL 2u
+#define REC_PAD 3u
+#define POS_BITS 40
+#define POS_MASK ((1ULL << POS_BITS) - 1)
+#define COUNT_MASK ((1ULL << 24) - 1)
+#define REC_HEADER 8u
+/* A sleep is at most this long between looks at the detached flag. */
+#define SLEEP_SLICE 1.0
+
+/* The result of an op that found the queue full (put) or empty (get). */
+#define RES_NONE RES_BUSY
+
+typedef struct {
+    PyObject_HEAD
+    unsigned char *base;
+    size_t size;
+    uint64_t cap;     /* from the daemon's reply, not from the ring */
+    uint64_t inline_max;
+    uint64_t maxsize; /* the ring header's: only bounds our own puts */
+    uint64_t slot;
+    int detached;
+} Ring;
+
+/* Test hook: the process kills itself at this labelled step (0: never). */
+static int kill_step;
+#define STEP(n)                      \
+    do {                             \
+        if (kill_step == (n))        \
+            raise(SIGKILL);          \
+    } while (0)
+
+#define W64(r, off) ((uint64_t *)((r)->base + (off)))
+#define W32(r, off) ((uint32_t *)((r)->base + (off)))
+
+static inline uint64_t pad8(uint64_t n) { return (n + 7) & ~7ULL; }
+
+/* Takes the latch. 0: taken; RES_DAEMON: the daemon is gone. A latch held
+ * by a session that died is let go of by the daemon within milliseconds. */
+static int latch_take(Ring *r) {
+    uint64_t *l = W64(r, R_LATCH);
+    for (unsigned i = 0;; i++) {
+        uint64_t x = 0;
+        if (LOAD(l) == 0 && CAS(l, &x, r->slot))
+            return 0;
+        if (LOAD(&r->detached))
+            return RES_DAEMON;
+        if (i < 64)
+            continue;
+        if (i < 128) {
+            sched_yield();
+            continue;
+        }
+        struct timespec ts = {0, 20000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* Lets go of the latch; changed: bump seq and wake the sleepers. */
+static void latch_free(Ring *r, int changed) {
+    if (changed)
+        __atomic_add_fetch(W64(r, R_SEQ), 1, __ATOMIC_SEQ_CST);
+    STORE(W64(r, R_LATCH), 0);
+    if (changed && LOAD(W32(r, R_WAITERS)) != 0)
+        futex_wake_all(W64(r, R_SEQ));
+}
+
+/* items and used bytes, checked; -1 when impossible (under the latch). */
+static int ring_len(Ring *r, uint64_t *items, uint64_t *used) {
+    uint64_t t = LOAD(W64(r, R_TAIL)), h = LOAD(W64(r, R_HEAD));
+    uint64_t tp = t & POS_MASK, hp = h & POS_MASK;
+    *used = (tp - hp) & POS_MASK;
+    *items = ((t >> POS_BITS) - (h >> POS_BITS)) & COUNT_MASK;
+    if (*used > r->cap || *items > *used / REC_HEADER || tp % REC_HEADER || hp % REC_HEADER)
+        return -1;
+    return 0;
+}
+
+/* 1: a record of n payload bytes fits; 0: no; -1: corrupt (latch held). */
+static int ring_fits(Ring *r, uint64_t n) {
+    uint64_t items, used;
+    if (ring_len(r, &items, &used) < 0)
+        return -1;
+    if (r->maxsize && items >= r->maxsize)
+        return 0;
+    uint64_t idx = (LOAD(W64(r, R_TAIL)) & POS_MASK) & (r->cap - 1);
+    uint64_t need = REC_HEADER + pad8(n);
+    if (idx + need > r->cap)
+        need += r->cap - idx;
+    return used + need <= r->cap;
+}
+
+static void rec_header(Ring *r, uint64_t idx, uint32_t n, uint32_t kind) {
+    uint32_t *p = (uint32_t *)(r->base + RING_HEADER + idx);
+    p[0] = n;
+    p[1] = kind;
+}
+
+/* Writes one record (it fits) and returns the tail word to commit; the
+ * caller stores it (one store commits every record written before it). */
+static uint64_t ring_write(Ring *r, uint64_t tail, const void *data, uint64_t n) {
+    uint64_t tp = tail & POS_MASK, tn = tail >> POS_BITS;
+    uint64_t idx = tp & (r->cap - 1), need = REC_HEADER + pad8(n), adv = need;
+    if (idx + need > r->cap) {
+        rec_header(r, idx, 0, REC_PAD);
+        adv += r->cap - idx;
+        idx = 0;
+    }
+    rec_header(r, idx, (uint32_t)n, REC_ITEM);
+    memcpy(r->base + RING_HEADER + idx + REC_HEADER, data, n);
+    return ((tp + adv) & POS_MASK) | (((tn + 1) & COUNT_MASK) << POS_BITS);
+}
+
+/* Reads the head record: its payload and the head word after it. 0: an
+ * item; RES_DAEMON: an external record (the daemon keeps that item) or a
+ * corrupt ring; RES_NONE: empty. */
+static int ring_peek(Ring *r, uint64_t h, const unsigned char **data, uint64_t *n, uint64_t *next) {
+    uint64_t t = LOAD(W64(r, R_TAIL)), tp = t & POS_MASK, hp = h & POS_MASK, hn = h >> POS_BITS;
+    uint64_t used = (tp - hp) & POS_MASK, items = ((t >> POS_BITS) - hn) & COUNT_MASK;
+    if (used > r->cap || items > used / REC_HEADER || tp % REC_HEADER || hp % REC_HEADER)
+        return RES_DAEMON;
+    if (items == 0)
+        return RES_NONE;
+    uint64_t idx = hp & (r->cap - 1), adv = 0;
+    uint32_t *p = (uint32_t *)(r->base + RING_HEADER + idx);
+    if (p[1] == REC_PAD) {
+        adv = r->cap - idx;
+        idx = 0;
+        p = (uint32_t *)(r->base + RING_HEADER);
+    }
+    uint32_t len = p[0], kind = p[1];
+    if (kind != REC_ITEM || (uint64_t)len > r->cap - idx - REC_HEADER)
+        return RES_DAEMON; /* external (the daemon's), or damage the daemon will report */
+    adv += REC_HEADER + pad8(len);
+    if (adv > used)
+        return RES_DAEMON;
+    *data = (const unsigned char *)p + REC_HEADER;
+    *n = len;
+    *next = ((hp + adv) & POS_MASK) | (((hn + 1) & COUNT_MASK) << POS_BITS);
+    return 0;
+}
+
+/* Sleeps until seq moves from seen (or the deadline, or a slice passes),
+ * counted as a waiter. Results as sleep_on's: 1 again, 0 deadline, 2
+ * detached, -1 exception (a signal handler raised). */
+static int ring_sleep(Ring *r, uint32_t seen, Wait *wt) {
+    double slice = SLEEP_SLICE;
+    int expired = 0;
+    if (!wt->forever) {
+        double left = wt->deadline - now_monotonic();
+        if (left <= 0)
+            expired = 1;
+        else if (left < slice)
+            slice = left;
+    }
+    struct timespec ts;
+    ts.tv_sec = (time_t)slice;
+    ts.tv_nsec = (long)((slice - (double)ts.tv_sec) * 1e9);
+    long rc;
+    int err;
+    uint32_t *mine = r->slot < RING_SLOTS ? W32(r, R_SLOTS + 4 * r->slot) : NULL;
+    if (expired) {
+        rc = 0;
+        err = 0;
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        rc = syscall(SYS_futex, (uint32_t *)W64(r, R_SEQ), FUTEX_WAIT, seen, &ts, NULL, 0);
+        err = errno;
+        Py_END_ALLOW_THREADS
+    }
+    /* The counts were raised under the latch (so that a changer sees
+     * them); lower the table's first, the total last, so that a process
+     * killed between the two leaves the total one too high (a wasted wake)
+     * and never too low (a lost one). */
+    if (mine)
+        __atomic_sub_fetch(mine, 1, __ATOMIC_SEQ_CST);
+    STEP(21);
+    __atomic_sub_fetch(W32(r, R_WAITERS), 1, __ATOMIC_SEQ_CST);
+    if (rc == -1 && err == EINTR && PyErr_CheckSignals() < 0)
+        return -1;
+    if (expired)
+        return 0;
+    return LOAD(&r->detached) ? 2 : 1;
+}
+
+/* Registers as a waiter and reads seq, under the latch; then lets go. */
+static uint32_t register_wait(Ring *r) {
+    __atomic_add_fetch(W32(r, R_WAITERS), 1, __ATOMIC_SEQ_CST);
+    if (r->slot < RING_SLOTS)
+        __atomic_add_fetch(W32(r, R_SLOTS + 4 * r->slot), 1, __ATOMIC_SEQ_CST);
+    uint32_t seen = (uint32_t)LOAD(W64(r, R_SEQ));
+    latch_free(r, 0);
+    return seen;
+}
+
+static int wait_start(Wait *wt, double timeout) {
+    wt->started = 1;
+    wt->forever = timeout < 0;
+    wt->deadline = wt->forever ? 0 : now_monotonic() + timeout;
+    return 0;
+}
+
+/* The common start of an op: latch taken, no daemon flag. */
+static int op_begin(Ring *r) {
+    if (r->base == NULL || LOAD(&r->detached))
+        return RES_DAEMON;
+    if (latch_take(r) != 0)
+        return RES_DAEMON;
+    if (LOAD(W64(r, R_FLAGS)) & FLAG_DAEMON) {
+        latch_free(r, 0);
+        return RES_DAEMON;
+    }
+    return 0;
+}
+
+/* put(data, timeout) -> OK | BUSY (full at the deadline) | DAEMON */
+static PyObject *ring_put(Ring *r, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(2, "put");
+    Py_buffer b;
+    double timeout;
+    if (get_timeout(args[1], &timeout) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[0], &b, PyBUF_SIMPLE) < 0)
+        return NULL;
+    int res;
+    Wait wt = {0, 0, 0};
+    if ((uint64_t)b.len > r->inline_max) {
+        res = RES_DAEMON;
+        goto out;
+    }
+    for (;;) {
+        if ((res = op_begin(r)) != 0)
+            goto out;
+        STEP(1);
+        int fits = ring_fits(r, (uint64_t)b.len);
+        if (fits < 0) {
+            latch_free(r, 0);
+            res = RES_DAEMON;
+            goto out;
+        }
+        if (fits) {
+            uint64_t t = ring_write(r, LOAD(W64(r, R_TAIL)), b.buf, (uint64_t)b.len);
+            STEP(2);
+            STORE(W64(r, R_TAIL), t);
+            STEP(3);
+            latch_free(r, 1);
+            res = RES_OK;
+            goto out;
+        }
+        if (timeout == 0) {
+            latch_free(r, 0);
+            res = RES_NONE;
+            goto out;
+        }
+        if (!wt.started)
+            wait_start(&wt, timeout);
+        uint32_t seen = register_wait(r);
+        int s = ring_sleep(r, seen, &wt);
+        if (s != 1) {
+            res = s < 0 ? -1 : s == 0 ? RES_NONE : RES_DAEMON;
+            goto out;
+        }
+    }
+out:
+    PyBuffer_Release(&b);
+    return result(res);
+}
+
+/* put_many(list of bytes) -> how many of the first items went in (all of
+ * them, or up to the first that did not fit or is too large); one latch
+ * and one commit for all. None: the daemon's (flag, or a corrupt ring). */
+static PyObject *ring_put_many(Ring *r, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(1, "put_many");
+    PyObject *seq = PySequence_Fast(args[0], "put_many takes a sequence of bytes");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), done = 0;
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!PyBytes_Check(items[i])) {
+            Py_DECREF(seq);
+            PyErr_SetString(PyExc_TypeError, "put_many takes a sequence of bytes");
+            return NULL;
+        }
+    }
+    if (op_begin(r) != 0) {
+        Py_DECREF(seq);
+        Py_RETURN_NONE;
+    }
+    STEP(1);
+    uint64_t t = LOAD(W64(r, R_TAIL)), head = LOAD(W64(r, R_HEAD));
+    uint64_t hp = head & POS_MASK, hn = head >> POS_BITS;
+    for (; done < n; done++) {
+        uint64_t len = (uint64_t)PyBytes_GET_SIZE(items[done]);
+        if (len > r->inline_max)
+            break;
+        uint64_t tp = t & POS_MASK, tn = t >> POS_BITS;
+        uint64_t used = (tp - hp) & POS_MASK, cnt = (tn - hn) & COUNT_MASK;
+        if (used > r->cap || tp % REC_HEADER || hp % REC_HEADER) {
+            latch_free(r, 0);
+            Py_DECREF(seq);
+            Py_RETURN_NONE;
+        }
+        uint64_t idx = tp & (r->cap - 1), need = REC_HEADER + pad8(len);
+        if (idx + need > r->cap)
+            need += r->cap - idx;
+        if ((r->maxsize && cnt >= r->maxsize) || used + need > r->cap)
+            break;
+        t = ring_write(r, t, PyBytes_AS_STRING(items[done]), len);
+    }
+    STEP(2);
+    STORE(W64(r, R_TAIL), t);
+    STEP(3);
+    latch_free(r, done > 0);
+    Py_DECREF(seq);
+    return PyLong_FromSsize_t(done);
+}
+
+/* get(timeout) -> bytes | BUSY (empty at the deadline) | DAEMON */
+static PyObject *ring_get(Ring *r, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(1, "get");
+    double timeout;
+    if (get_timeout(args[0], &timeout) < 0)
+        return NULL;
+    Wait wt = {0, 0, 0};
+    for (;;) {
+        int res = op_begin(r);
+        if (res != 0)
+            return result(res);
+        STEP(11);
+        const unsigned char *data;
+        uint64_t n, next;
+        res = ring_peek(r, LOAD(W64(r, R_HEAD)), &data, &n, &next);
+        if (res == 0) {
+            PyObject *out = PyBytes_FromStringAndSize((const char *)data, (Py_ssize_t)n);
+            if (out == NULL) { /* no memory: the item stays at the head */
+                latch_free(r, 0);
+                return NULL;
+            }
+            STEP(12);
+            STORE(W64(r, R_HEAD), next);
+            STEP(13);
+            latch_free(r, 1);
+            return out;
+        }
+        if (res != RES_NONE || timeout == 0) {
+            latch_free(r, 0);
+            return result(res);
+        }
+        if (!wt.started)
+            wait_start(&wt, timeout);
+        uint32_t seen = register_wait(r);
+        int s = ring_sleep(r, seen, &wt);
+        if (s != 1)
+            return result(s < 0 ? -1 : s == 0 ? RES_NONE : RES_DAEMON);
+    }
+}
+
+/* get_many(max_items, timeout) -> list of bytes (at least one, at most
+ * max_items: what the ring holds up to the first record the daemon keeps)
+ * | BUSY | DAEMON. Waits only while the ring is empty. */
+static PyObject *ring_get_many(Ring *r, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(2, "get_many");
+    Py_ssize_t max = PyLong_AsSsize_t(args[0]);
+    if (max == -1 && PyErr_Occurred())
+        return NULL;
+    if (max < 1) {
+        PyErr_SetString(PyExc_ValueError, "max_items must be at least 1");
+        return NULL;
+    }
+    double timeout;
+    if (get_timeout(args[1], &timeout) < 0)
+        return NULL;
+    Wait wt = {0, 0, 0};
+    for (;;) {
+        int res = op_begin(r);
+        if (res != 0)
+            return result(res);
+        STEP(11);
+        PyObject *list = PyList_New(0);
+        if (list == NULL) {
+            latch_free(r, 0);
+            return NULL;
+        }
+        uint64_t head = LOAD(W64(r, R_HEAD));
+        while (PyList_GET_SIZE(list) < max) {
+            const unsigned char *data;
+            uint64_t n, next;
+            res = ring_peek(r, head, &data, &n, &next);
+            if (res != 0)
+                break;
+            PyObject *b = PyBytes_FromStringAndSize((const char *)data, (Py_ssize_t)n);
+            if (b == NULL || PyList_Append(list, b) < 0) {
+                Py_XDECREF(b);
+                Py_DECREF(list);
+                latch_free(r, 0); /* nothing taken */
+                return NULL;
+            }
+            Py_DECREF(b);
+            head = next;
+        }
+        if (PyList_GET_SIZE(list) > 0) {
+            STEP(12);
+            STORE(W64(r, R_HEAD), head); /* one commit for the batch */
+            STEP(13);
+            latch_free(r, 1);
+            return list;
+        }
+        Py_DECREF(list);
+        if (res != RES_NONE || timeout == 0) {
+            latch_free(r, 0);
+            return result(res);
+        }
+        if (!wt.started)
+            wait_start(&wt, timeout);
+        uint32_t seen = register_wait(r);
+        int s = ring_sleep(r, seen, &wt);
+        if (s != 1)
+            return result(s < 0 ? -1 : s == 0 ? RES_NONE : RES_DAEMON);
+    }
+}
+
+/* qsize() -> items in the ring, or -1 when the daemon holds items too */
+static PyObject *ring_qsize(Ring *r, PyObject *Py_UNUSED(ignored)) {
+    if (r->base == NULL || LOAD(&r->detached) || (LOAD(W64(r, R_FLAGS)) & FLAG_DAEMON))
+        return PyLong_FromLong(-1);
+    uint64_t t = LOAD(W64(r, R_TAIL)), h = LOAD(W64(r, R_HEAD));
+    uint64_t items = ((t >> POS_BITS) - (h >> POS_BITS)) & COUNT_MASK;
+    if (items > r->cap / REC_HEADER)
+        return PyLong_FromLong(-1);
+    return PyLong_FromUnsignedLongLong(items);
+}
+
+/* detach(): the daemon is gone; sleepers leave answering DAEMON. */
+static PyObject *ring_detach(Ring *r, PyObject *Py_UNUSED(ignored)) {
+    STORE(&r->detached, 1);
+    if (r->base != NULL)
+        futex_wake_all(W64(r, R_SEQ));
+    Py_RETURN_NONE;
+}
+
+/* invalidate(): stop using the ring without waking anyone (a forked child). */
+static PyObject *ring_invalidate(Ring *r, PyObject *Py_UNUSED(ignored)) {
+    STORE(&r->detached, 1);
+    Py_RETURN_NONE;
+}
+
+/* word(name) -> a header word, for tests ("latch", "tail", "head", "seq",
+ * "waiters", "flags"). */
+static PyObject *ring_word(Ring *r, PyObject *arg) {
+    const char *name = PyUnicode_AsUTF8(arg);
+    if (name == NULL)
+        return NULL;
+    if (r->base == NULL) {
+        PyErr_SetString(PyExc_ValueError, "ring is closed");
+        return NULL;
+    }
+    static const struct { const char *name; unsigned off; } words[] = {
+        {"latch", R_LATCH}, {"flags", R_FLAGS}, {"tail", R_TAIL}, {"head", R_HEAD}, {"seq", R_SEQ}};
+    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+        if (strcmp(name, words[i].name) == 0)
+            return PyLong_FromUnsignedLongLong(LOAD(W64(r, words[i].off)));
+    if (strcmp(name, "waiters") == 0)
+        return PyLong_FromUnsignedLong(LOAD(W32(r, R_WAITERS)));
+    PyErr_Format(PyExc_ValueError, "no ring word %s", name);
+    return NULL;
+}
+
+static int ring_init(Ring *r, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"fd", "size", "capacity", "inline", "slot", NULL};
+    int fd;
+    Py_ssize_t size;
+    unsigned long long cap, inl, slot;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "inKKK", kwlist, &fd, &size, &cap, &inl, &slot))
+        return -1;
+    if (r->base != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "ring already mapped");
+        return -1;
+    }
+    if (cap < 4096 || (cap & (cap - 1)) != 0 || cap > (64ULL << 20) || (uint64_t)size != RING_HEADER + cap ||
+        inl > cap / 4 || slot == 0 || slot > MASK_LOW) {
+        PyErr_SetString(PyExc_ValueError, "bad ring layout");
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || st.st_size != size) {
+        PyErr_SetString(PyExc_PermissionError, "not a usable ring (type, owner or size)");
+        return -1;
+    }
+    void *p = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    if (LOAD((uint64_t *)p) != RING_MAGIC || ((uint32_t *)p)[2] != RING_VERSION ||
+        ((uint32_t *)p)[3] != RING_HEADER || LOAD((uint64_t *)((unsigned char *)p + R_CAP)) != cap) {
+        munmap(p, (size_t)size);
+        PyErr_SetString(PyExc_ValueError, "not a syncmgr queue ring (bad header)");
+        return -1;
+    }
+    r->base = p;
+    r->size = (size_t)size;
+    r->cap = cap;
+    r->inline_max = inl;
+    r->maxsize = LOAD((uint64_t *)((unsigned char *)p + 24));
+    r->slot = slot;
+    return 0;
+}
+
+static void ring_dealloc(Ring *r) {
+    if (r->base != NULL)
+        munmap(r->base, r->size);
+    Py_TYPE(r)->tp_free((PyObject *)r);
+}
+
+static PyObject *ring_get_inline(Ring *r, void *Py_UNUSED(c)) {
+    return PyLong_FromUnsignedLongLong(r->inline_max);
+}
+
+static PyMethodDef ring_methods[] = {
+    {"put", (PyCFunction)(void (*)(void))ring_put, METH_FASTCALL, "put(data, timeout) -> OK | BUSY | DAEMON"},
+    {"put_many", (PyCFunction)(void (*)(void))ring_put_many, METH_FASTCALL,
+     "put_many(list of bytes) -> how many went in, or None (the daemon's)"},
+    {"get", (PyCFunction)(void (*)(void))ring_get, METH_FASTCALL, "get(timeout) -> bytes | BUSY | DAEMON"},
+    {"get_many", (PyCFunction)(void (*)(void))ring_get_many, METH_FASTCALL,
+     "get_many(max_items, timeout) -> list of bytes | BUSY | DAEMON"},
+    {"qsize", (PyCFunction)ring_qsize, METH_NOARGS, "items in the ring, or -1 (ask the daemon)"},
+    {"detach", (PyCFunction)ring_detach, METH_NOARGS, "the daemon is gone"},
+    {"invalidate", (PyCFunction)ring_invalidate, METH_NOARGS, "stop using the ring (forked child)"},
+    {"word", (PyCFunction)ring_word, METH_O, "a header word (tests)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyObject *ring_get_maxsize(Ring *r, void *Py_UNUSED(c)) {
+    return PyLong_FromUnsignedLongLong(r->maxsize);
+}
+
+static PyGetSetDef ring_getset[] = {
+    {"maxsize", (getter)ring_get_maxsize, NULL, "items the ring holds at most (0: no limit)", NULL},
+    {"inline", (getter)ring_get_inline, NULL, "largest item written into the ring", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject RingType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "syncmgr._fastpath.Ring",
+    .tp_basicsize = sizeof(Ring),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Ring(fd, size, capacity, inline, slot): a Queue's shared ring",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)ring_init,
+    .tp_dealloc = (destructor)ring_dealloc,
+    .tp_methods = ring_methods,
+    .tp_getset = ring_getset,
+};
+
+/* _set_queue_kill_step(n): tests only: SIGKILL this process at step n of
+ * a queue op (put: 1 latch taken, 2 record written, 3 committed; get: 11
+ * latch taken, 12 copied out, 13 committed; 21 leaving a sleep). */
+static PyObject *set_kill_step(PyObject *Py_UNUSED(m), PyObject *arg) {
+    long n = PyLong_AsLong(arg);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    kill_step = (int)n;
+    Py_RETURN_NONE;
+}
+
+PyMethodDef queue_module_methods[] = {
+    {"_set_queue_kill_step", set_kill_step, METH_O, "tests only: SIGKILL at a labelled step of a queue op"},
+    {NULL, NULL, 0, NULL},
+};
+
+int queue_add_types(PyObject *m) {
+    if (PyType_Ready(&RingType) < 0)
+        return -1;
+    Py_INCREF(&RingType);
+    if (PyModule_AddObject(m, "Ring", (PyObject *)&RingType) < 0) {
+        Py_DECREF(&RingType);
+        return -1;
+    }
+    return PyModule_AddFunctions(m, queue_module_methods);
+}

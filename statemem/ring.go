@@ -1,0 +1,385 @@
+package statemem
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// A Ring is the shared-memory storage of one Queue: a byte ring of records
+// in a segment of its own (an anonymous memory file, sealed against
+// shrinking and growing, passed to same-host clients over the Unix socket
+// with SCM_RIGHTS). Layout (native byte order; keep in step with
+// pyclient/csrc/fp_queue.c):
+//
+//	0    u64  RingMagic
+//	8    u32  RingVersion
+//	12   u32  RingHeader (the data area's offset)
+//	16   u64  capacity: bytes of the data area (a power of two)
+//	24   u64  maxsize: items the ring holds at most (0: no limit)
+//	32   u64  inline max: the largest item a client writes into the ring
+//	64   u64  latch: the session slot of the one op in flight (0: none)
+//	72   u64  flags: RingFlagDaemon
+//	80   u64  tail word: position (bits 0-39) | puts (bits 40-63)
+//	88   u64  head word: position (bits 0-39) | gets (bits 40-63)
+//	96   u64  seq: bumped by every change; the futex word (low 32 bits)
+//	104  u32  waiters: processes asleep (or about to sleep) on seq
+//	128  u32[RingSlots]  per session slot: its threads waiting now
+//	RingHeader..  data area
+//
+// Positions count bytes for ever (mod 2^40); a record starts at position
+// mod capacity. A record is an 8-byte header (u32 length, u32 kind) and its
+// payload padded to 8 bytes; it never wraps: a pad record fills the end of
+// the area instead. Items = puts - gets (mod 2^24).
+//
+// Every op holds the latch (the holder's slot id) while it reads or writes
+// the ring, and commits with one store: a put stores the tail word after
+// the record is complete, a get stores the head word after it has copied
+// the record. An op killed before its store did nothing; after it, it is
+// done. Either way the ring is consistent, so the daemon repairs a dead
+// session's latch by letting go of it (ReleaseLatch).
+//
+// The daemon trusts nothing it reads here: it keeps the capacity and limits
+// on its side and checks every position and length before it uses it.
+const (
+	RingMagic   uint64 = 0x5152474d434e5953 // "SYNCMGRQ" read as a little-endian u64
+	RingVersion uint32 = 1
+	// RingSlots is the number of session slots the waiter table covers:
+	// sessions with a larger slot id use the queue through the daemon.
+	RingSlots  = 1024
+	RingHeader = 128 + 4*RingSlots
+
+	ringOffCap     = 16
+	ringOffMaxsize = 24
+	ringOffInline  = 32
+	ringOffLatch   = 64
+	ringOffFlags   = 72
+	ringOffTail    = 80
+	ringOffHead    = 88
+	ringOffSeq     = 96
+	ringOffWaiters = 104
+	ringOffSlots   = 128
+
+	// RingFlagDaemon: the daemon holds items of this queue outside the ring
+	// (an undone get's item at the front, or puts that found no room at the
+	// back); clients send every op to the daemon while it is set.
+	RingFlagDaemon uint64 = 1
+
+	// Record kinds.
+	RecItem     uint32 = 1 // payload: the item's bytes
+	RecExternal uint32 = 2 // payload: u64 id of an item the daemon keeps
+	RecPad      uint32 = 3 // the rest of the area up to its end is unused
+
+	ringPosBits         = 40
+	ringPosMask  uint64 = 1<<ringPosBits - 1
+	ringCountOne uint64 = 1 << ringPosBits
+	ringCountMax uint64 = 1<<24 - 1
+	recHeader           = 8
+)
+
+// ErrRingCorrupt: a position or length read from a ring is impossible (a
+// client scribbled on it). The daemon stops using the queue.
+var ErrRingCorrupt = errors.New("statemem: queue ring corrupted")
+
+// ErrRingClosed: the ring's queue was removed.
+var ErrRingClosed = errors.New("statemem: queue ring closed")
+
+// Ring is the daemon's view of one queue's ring.
+type Ring struct {
+	fdmu    sync.Mutex // fd is used (passed to a client) or closed under fdmu
+	fd      int
+	mem     []byte
+	cap     uint64 // data bytes, the daemon's own copy
+	maxsize uint64
+	inline  uint64
+}
+
+// RingSize returns the data capacity (a power of two of at least 4 KiB and
+// at most 64 MiB) for a wish of bytes.
+func RingSize(bytes int64) uint64 {
+	c := uint64(4096)
+	for c < uint64(bytes) && c < 64<<20 {
+		c <<= 1
+	}
+	return c
+}
+
+// NewRing creates a ring of capacity data bytes (see RingSize) in a new
+// sealed memory file. maxsize bounds the items it holds (0: none) and
+// inline the largest item clients write into it.
+func NewRing(capacity, maxsize, inline uint64) (*Ring, error) {
+	if !littleEndian {
+		return nil, ErrBigEndian
+	}
+	if capacity < 4096 || capacity&(capacity-1) != 0 || capacity > 64<<20 {
+		return nil, fmt.Errorf("statemem: ring capacity %d is not a power of two in [4 KiB, 64 MiB]", capacity)
+	}
+	if inline > capacity/4 {
+		inline = capacity / 4
+	}
+	fd, err := unix.MemfdCreate("syncmgr-queue", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return nil, fmt.Errorf("statemem: memfd: %w", err)
+	}
+	size := int64(RingHeader) + int64(capacity)
+	fail := func(err error) (*Ring, error) {
+		unix.Close(fd)
+		return nil, err
+	}
+	if err := unix.Ftruncate(fd, size); err != nil {
+		return fail(fmt.Errorf("statemem: size ring: %w", err))
+	}
+	if err := unix.Fallocate(fd, 0, 0, size); err != nil && err != unix.EOPNOTSUPP {
+		return fail(fmt.Errorf("statemem: reserve ring: %w", err))
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
+		return fail(fmt.Errorf("statemem: seal ring: %w", err))
+	}
+	mem, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return fail(fmt.Errorf("statemem: map ring: %w", err))
+	}
+	r := &Ring{fd: fd, mem: mem, cap: capacity, maxsize: maxsize, inline: inline}
+	binary.LittleEndian.PutUint32(mem[8:], RingVersion)
+	binary.LittleEndian.PutUint32(mem[12:], RingHeader)
+	binary.LittleEndian.PutUint64(mem[ringOffCap:], capacity)
+	binary.LittleEndian.PutUint64(mem[ringOffMaxsize:], maxsize)
+	binary.LittleEndian.PutUint64(mem[ringOffInline:], inline)
+	atomic.StoreUint64(r.word(0), RingMagic)
+	return r, nil
+}
+
+// WithFD calls fn with the memory file's descriptor (to pass it to a
+// client), unless the ring is closed (ErrRingClosed).
+func (r *Ring) WithFD(fn func(fd int) error) error {
+	r.fdmu.Lock()
+	defer r.fdmu.Unlock()
+	if r.fd < 0 {
+		return ErrRingClosed
+	}
+	return fn(r.fd)
+}
+
+// Size returns the segment's size in bytes.
+func (r *Ring) Size() int64 { return int64(len(r.mem)) }
+
+// Capacity returns the data area's size.
+func (r *Ring) Capacity() uint64 { return r.cap }
+
+// Inline returns the largest item clients write into the ring.
+func (r *Ring) Inline() uint64 { return r.inline }
+
+// Close closes the ring's file after setting its daemon flag; clients'
+// maps stay valid.
+func (r *Ring) Close() error {
+	// Anyone asleep on the ring leaves and finds the daemon flag.
+	atomic.StoreUint64(r.word(ringOffFlags), RingFlagDaemon)
+	atomic.AddUint64(r.word(ringOffSeq), 1)
+	WakeAll(r.word(ringOffSeq))
+	r.fdmu.Lock()
+	err := unix.Close(r.fd)
+	r.fd = -1
+	r.fdmu.Unlock()
+	// The mapping stays: the daemon's goroutines may still be reading it
+	// (it is freed with the process). Its pages are the memory file's,
+	// which lives until the last client unmaps it.
+	return err
+}
+
+func (r *Ring) word(off int) *uint64 { return (*uint64)(unsafe.Pointer(&r.mem[off])) }
+
+// slotWaiters returns slot's entry in the waiter table (slot < RingSlots).
+func (r *Ring) slotWaiters(slot uint32) *uint32 {
+	return (*uint32)(unsafe.Pointer(&r.mem[ringOffSlots+4*slot]))
+}
+
+// Lock takes the latch for the daemon. A latch held longer than a moment
+// by a slot for which gone reports true (its session ended, or the value
+// names no session at all) is taken over: every op commits with one store,
+// so what the dead op left is consistent.
+func (r *Ring) Lock(gone func(slot uint32) bool) {
+	w := r.word(ringOffLatch)
+	start := time.Now()
+	for i := 0; ; i++ {
+		x := atomic.LoadUint64(w)
+		if x == 0 {
+			if atomic.CompareAndSwapUint64(w, 0, uint64(LatchDaemon)) {
+				return
+			}
+			continue
+		}
+		if i < 100 {
+			runtime.Gosched()
+			continue
+		}
+		if time.Since(start) > time.Millisecond && (x > uint64(MaxSlot) || gone(uint32(x))) {
+			if atomic.CompareAndSwapUint64(w, x, uint64(LatchDaemon)) {
+				return
+			}
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+}
+
+// Unlock lets go of the daemon's latch, bumps seq and wakes the sleepers.
+func (r *Ring) Unlock() {
+	atomic.AddUint64(r.word(ringOffSeq), 1)
+	atomic.StoreUint64(r.word(ringOffLatch), 0)
+	if atomic.LoadUint32((*uint32)(unsafe.Pointer(&r.mem[ringOffWaiters]))) != 0 {
+		WakeAll(r.word(ringOffSeq))
+	}
+}
+
+// ReleaseLatch lets go of the latch if slot holds it (its session ended)
+// and forgets slot's sleepers, waking everyone. It reports whether slot
+// held the latch.
+func (r *Ring) ReleaseLatch(slot uint32) bool {
+	held := atomic.CompareAndSwapUint64(r.word(ringOffLatch), uint64(slot), 0)
+	if slot < RingSlots {
+		mine := atomic.SwapUint32(r.slotWaiters(slot), 0)
+		wp := (*uint32)(unsafe.Pointer(&r.mem[ringOffWaiters]))
+		for mine > 0 {
+			x := atomic.LoadUint32(wp)
+			if x == 0 || atomic.CompareAndSwapUint32(wp, x, x-1) {
+				mine--
+			}
+		}
+	}
+	atomic.AddUint64(r.word(ringOffSeq), 1)
+	WakeAll(r.word(ringOffSeq))
+	return held
+}
+
+// Waiting returns how many threads of clients sleep on the ring now, as
+// the per-slot table counts them.
+func (r *Ring) Waiting() int {
+	n := 0
+	for i := uint32(0); i < RingSlots; i++ {
+		n += int(atomic.LoadUint32(r.slotWaiters(i)))
+	}
+	return n
+}
+
+// Seq returns the change counter (the futex word's value).
+func (r *Ring) Seq() uint32 { return uint32(atomic.LoadUint64(r.word(ringOffSeq))) }
+
+// Sleep waits for seq to change from seen, for at most d, counting itself
+// as a waiter so that changers wake it.
+func (r *Ring) Sleep(seen uint32, d time.Duration) {
+	wp := (*uint32)(unsafe.Pointer(&r.mem[ringOffWaiters]))
+	atomic.AddUint32(wp, 1)
+	futexWaitWord(r.word(ringOffSeq), seen, d)
+	atomic.AddUint32(wp, ^uint32(0))
+}
+
+// Flags returns the flags word; SetFlags writes it (under the latch).
+func (r *Ring) Flags() uint64          { return atomic.LoadUint64(r.word(ringOffFlags)) }
+func (r *Ring) SetFlags(f uint64)      { atomic.StoreUint64(r.word(ringOffFlags), f) }
+func (r *Ring) tail() (uint64, uint64) { return split(atomic.LoadUint64(r.word(ringOffTail))) }
+func (r *Ring) head() (uint64, uint64) { return split(atomic.LoadUint64(r.word(ringOffHead))) }
+
+func split(x uint64) (pos, n uint64) { return x & ringPosMask, x >> ringPosBits }
+
+// Len returns the items and bytes in the ring, checked (under the latch).
+func (r *Ring) Len() (items, bytes uint64, err error) {
+	tp, tn := r.tail()
+	hp, hn := r.head()
+	used := (tp - hp) & ringPosMask
+	items = (tn - hn) & ringCountMax
+	if used > r.cap || items > used/recHeader || tp%recHeader != 0 || hp%recHeader != 0 {
+		return 0, 0, ErrRingCorrupt
+	}
+	return items, used, nil
+}
+
+// Peek returns the Len without the checks, for status (any time).
+func (r *Ring) Peek() (items, bytes uint64) {
+	tp, tn := r.tail()
+	hp, hn := r.head()
+	return (tn - hn) & ringCountMax, (tp - hp) & ringPosMask
+}
+
+func pad8(n uint64) uint64 { return (n + 7) &^ 7 }
+
+// Fits reports whether a record with n payload bytes fits now, given the
+// ring's maxsize (under the latch).
+func (r *Ring) Fits(n uint64) (bool, error) {
+	items, used, err := r.Len()
+	if err != nil {
+		return false, err
+	}
+	if r.maxsize > 0 && items >= r.maxsize {
+		return false, nil
+	}
+	tp, _ := r.tail()
+	idx := tp & (r.cap - 1)
+	need := recHeader + pad8(n)
+	if idx+need > r.cap {
+		need += r.cap - idx
+	}
+	return used+need <= r.cap, nil
+}
+
+// Put appends a record of kind with payload p; the caller checked Fits
+// (under the latch).
+func (r *Ring) Put(kind uint32, p []byte) {
+	tp, tn := r.tail()
+	idx := tp & (r.cap - 1)
+	need := recHeader + pad8(uint64(len(p)))
+	adv := need
+	if idx+need > r.cap {
+		r.header(idx, 0, RecPad)
+		adv += r.cap - idx
+		idx = 0
+	}
+	r.header(idx, uint32(len(p)), kind)
+	copy(r.mem[RingHeader+idx+recHeader:], p)
+	atomic.StoreUint64(r.word(ringOffTail), (tp+adv)&ringPosMask|((tn+1)&ringCountMax)<<ringPosBits)
+}
+
+func (r *Ring) header(idx uint64, n, kind uint32) {
+	b := r.mem[RingHeader+idx:]
+	binary.LittleEndian.PutUint32(b, n)
+	binary.LittleEndian.PutUint32(b[4:], kind)
+}
+
+// Get removes the head record and returns its kind and a copy of its
+// payload; ok is false when the ring is empty (under the latch).
+func (r *Ring) Get() (kind uint32, p []byte, ok bool, err error) {
+	items, used, err := r.Len()
+	if err != nil || items == 0 {
+		return 0, nil, false, err
+	}
+	hp, hn := r.head()
+	idx := hp & (r.cap - 1)
+	adv := uint64(0)
+	n, kind := r.readHeader(idx)
+	if kind == RecPad {
+		adv = r.cap - idx
+		idx = 0
+		n, kind = r.readHeader(idx)
+	}
+	if kind != RecItem && kind != RecExternal || uint64(n) > r.cap-idx-recHeader {
+		return 0, nil, false, ErrRingCorrupt
+	}
+	adv += recHeader + pad8(uint64(n))
+	if adv > used || kind == RecExternal && n != 8 {
+		return 0, nil, false, ErrRingCorrupt
+	}
+	p = make([]byte, n)
+	copy(p, r.mem[RingHeader+idx+recHeader:])
+	atomic.StoreUint64(r.word(ringOffHead), (hp+adv)&ringPosMask|((hn+1)&ringCountMax)<<ringPosBits)
+	return kind, p, true, nil
+}
+
+func (r *Ring) readHeader(idx uint64) (uint32, uint32) {
+	b := r.mem[RingHeader+idx : RingHeader+idx+recHeader]
+	return binary.LittleEndian.Uint32(b), binary.LittleEndian.Uint32(b[4:])
+}
