@@ -132,10 +132,10 @@ func (q *Queue) ringCount() (int64, error) {
 }
 
 // ringTryPut stores item if there is room; called under q.mu.
-func (q *Queue) ringTryPut(item []byte) (bool, error) {
+func (q *Queue) ringTryPut(item []byte) (ok bool, err error) {
 	qr := q.ring
 	qr.r.Lock(qr.gone)
-	defer qr.r.Unlock()
+	defer func() { qr.r.Unlock(ok) }()
 	n, err := q.ringCount()
 	if err != nil {
 		return false, q.corrupt(err)
@@ -175,21 +175,20 @@ func (q *Queue) ringTryPut(item []byte) (bool, error) {
 }
 
 // ringTryGet removes the first item; called under q.mu.
-func (q *Queue) ringTryGet() ([]byte, bool, error) {
+func (q *Queue) ringTryGet() (item []byte, ok bool, err error) {
 	qr := q.ring
 	qr.r.Lock(qr.gone)
-	defer qr.r.Unlock()
-	var item []byte
+	defer func() { qr.r.Unlock(ok) }()
 	if len(qr.front) > 0 {
 		item = qr.front[0]
 		qr.front = qr.front[1:]
 		q.uncharge(ItemCost(item))
 	} else {
-		kind, p, ok, err := qr.r.Get()
+		kind, p, got, err := qr.r.Get()
 		switch {
 		case err != nil:
 			return nil, false, q.corrupt(err)
-		case ok:
+		case got:
 			if item = q.fromRecord(kind, p); item == nil {
 				return nil, false, q.corrupt(fmt.Errorf("unknown external item"))
 			}
@@ -258,7 +257,7 @@ func (q *Queue) settle() {
 func (q *Queue) ringUnget(item []byte) {
 	qr := q.ring
 	qr.r.Lock(qr.gone)
-	defer qr.r.Unlock()
+	defer qr.r.Unlock(true)
 	qr.front = append([][]byte{item}, qr.front...)
 	q.held += ItemCost(item)
 	q.lim.force(ItemCost(item))

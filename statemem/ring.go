@@ -56,12 +56,16 @@ const (
 	RingSlots  = 1024
 	RingHeader = 128 + 4*RingSlots
 
+	// RingOffLatch and RingOffTail are exported for tests (TestSetWord).
+	RingOffLatch = 64
+	RingOffTail  = 80
+
 	ringOffCap     = 16
 	ringOffMaxsize = 24
 	ringOffInline  = 32
-	ringOffLatch   = 64
+	ringOffLatch   = RingOffLatch
 	ringOffFlags   = 72
-	ringOffTail    = 80
+	ringOffTail    = RingOffTail
 	ringOffHead    = 88
 	ringOffSeq     = 96
 	ringOffWaiters = 104
@@ -219,7 +223,7 @@ func (r *Ring) Lock(gone func(slot uint32) bool) {
 			runtime.Gosched()
 			continue
 		}
-		if time.Since(start) > time.Millisecond && (x > uint64(MaxSlot) || gone(uint32(x))) {
+		if time.Since(start) > time.Millisecond && x != uint64(LatchDaemon) && (x > uint64(MaxSlot) || gone(uint32(x))) {
 			if atomic.CompareAndSwapUint64(w, x, uint64(LatchDaemon)) {
 				return
 			}
@@ -228,11 +232,14 @@ func (r *Ring) Lock(gone func(slot uint32) bool) {
 	}
 }
 
-// Unlock lets go of the daemon's latch, bumps seq and wakes the sleepers.
-func (r *Ring) Unlock() {
-	atomic.AddUint64(r.word(ringOffSeq), 1)
+// Unlock lets go of the daemon's latch; when the op changed the ring it
+// bumps seq and wakes the sleepers.
+func (r *Ring) Unlock(changed bool) {
+	if changed {
+		atomic.AddUint64(r.word(ringOffSeq), 1)
+	}
 	atomic.StoreUint64(r.word(ringOffLatch), 0)
-	if atomic.LoadUint32((*uint32)(unsafe.Pointer(&r.mem[ringOffWaiters]))) != 0 {
+	if changed && atomic.LoadUint32((*uint32)(unsafe.Pointer(&r.mem[ringOffWaiters]))) != 0 {
 		WakeAll(r.word(ringOffSeq))
 	}
 }
@@ -277,6 +284,15 @@ func (r *Ring) Sleep(seen uint32, d time.Duration) {
 	atomic.AddUint32(wp, 1)
 	futexWaitWord(r.word(ringOffSeq), seen, d)
 	atomic.AddUint32(wp, ^uint32(0))
+}
+
+// TestSetWord stores x at byte offset off of the header, as a scribbling
+// client would: for tests.
+func (r *Ring) TestSetWord(off int, x uint64) {
+	if off < 0 || off+8 > RingHeader || off%8 != 0 {
+		panic("statemem: bad header offset")
+	}
+	atomic.StoreUint64(r.word(off), x)
 }
 
 // Flags returns the flags word; SetFlags writes it (under the latch).
