@@ -108,7 +108,9 @@ static int ring_len(Ring *r, uint64_t *items, uint64_t *used) {
     return 0;
 }
 
-/* 1: a record of n payload bytes fits; 0: no; -1: corrupt (latch held). */
+/* 1: a record of n payload bytes fits; 0: the queue is at its maxsize;
+ * 2: no room left in the ring (the daemon keeps what comes next); -1:
+ * corrupt (latch held). */
 static int ring_fits(Ring *r, uint64_t n) {
     uint64_t items, used;
     if (ring_len(r, &items, &used) < 0)
@@ -119,7 +121,7 @@ static int ring_fits(Ring *r, uint64_t n) {
     uint64_t need = REC_HEADER + pad8(n);
     if (idx + need > r->cap)
         need += r->cap - idx;
-    return used + need <= r->cap;
+    return used + need <= r->cap ? 1 : 2;
 }
 
 static void rec_header(Ring *r, uint64_t idx, uint32_t n, uint32_t kind) {
@@ -265,12 +267,12 @@ static PyObject *ring_put(Ring *r, PyObject *const *args, Py_ssize_t nargs) {
             goto out;
         STEP(1);
         int fits = ring_fits(r, (uint64_t)b.len);
-        if (fits < 0) {
+        if (fits < 0 || fits == 2) { /* corrupt, or an item for the daemon to keep */
             latch_free(r, 0);
             res = RES_DAEMON;
             goto out;
         }
-        if (fits) {
+        if (fits == 1) {
             uint64_t t = ring_write(r, LOAD(W64(r, R_TAIL)), b.buf, (uint64_t)b.len);
             STEP(2);
             STORE(W64(r, R_TAIL), t);
@@ -498,6 +500,21 @@ static PyObject *ring_word(Ring *r, PyObject *arg) {
     return NULL;
 }
 
+/* _poke(off, value): tests only: store a u64 at a header or data offset,
+ * as a process scribbling on the ring would. */
+static PyObject *ring_poke(Ring *r, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(2, "_poke");
+    uint64_t off, v;
+    if (get_u64(args[0], &off) < 0 || get_u64(args[1], &v) < 0)
+        return NULL;
+    if (r->base == NULL || off % 8 != 0 || off + 8 > r->size) {
+        PyErr_SetString(PyExc_ValueError, "bad ring offset");
+        return NULL;
+    }
+    STORE(W64(r, off), v);
+    Py_RETURN_NONE;
+}
+
 static int ring_init(Ring *r, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"fd", "size", "capacity", "inline", "slot", NULL};
     int fd;
@@ -564,6 +581,7 @@ static PyMethodDef ring_methods[] = {
     {"detach", (PyCFunction)ring_detach, METH_NOARGS, "the daemon is gone"},
     {"invalidate", (PyCFunction)ring_invalidate, METH_NOARGS, "stop using the ring (forked child)"},
     {"word", (PyCFunction)ring_word, METH_O, "a header word (tests)"},
+    {"_poke", (PyCFunction)(void (*)(void))ring_poke, METH_FASTCALL, "tests only: scribble a u64"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -623,7 +623,14 @@ class _QueueHandle(_Handle):
 
     def rebind(self) -> bool:
         super().rebind()
-        return False  # this handle is the parent's: the call takes the socket path once
+        return False  # this handle is the parent's: slow() hands the call to the child's
+
+    def slow(self, method: str, *args: Any) -> Any:
+        p = self.proxy()
+        h = None if p is None else p.__dict__.get("_fast")
+        if h is not None and h is not self:  # a forked child's own handle
+            return getattr(h, method)(*args)
+        return super().slow(method, *args)
 
     def put(self, item: Any, block: bool = True, timeout: Optional[float] = None) -> None:
         t = _queue_timeout(block, timeout)
