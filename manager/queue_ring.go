@@ -410,17 +410,20 @@ func (qr *queueRing) watch(last uint32) {
 	}
 }
 
-// ringLen is Len for a Queue with a ring (under q.mu).
-func (q *Queue) ringLen() int {
-	n, _ := q.ring.r.Peek()
-	return int(n) + len(q.ring.front) + len(q.ring.over)
+// Depth returns the items a Queue holds and their bytes (a ring's record
+// bytes, with headers and padding, for the items in it).
+func (q *Queue) Depth() (items, bytes int64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.ring == nil {
+		return int64(q.items.Len()), q.bytes
+	}
+	return q.ringDepth()
 }
 
-// ringDescribe is the status line of a Queue with a ring (under q.mu).
-func (q *Queue) ringDescribe() (string, int) {
+func (q *Queue) ringDepth() (items, bytes int64) {
 	n, b := q.ring.r.Peek()
-	items := int(n) + len(q.ring.front) + len(q.ring.over)
-	bytes := int64(b)
+	items, bytes = int64(n)+int64(len(q.ring.front)+len(q.ring.over)), int64(b)
 	for _, x := range q.ring.front {
 		bytes += int64(len(x))
 	}
@@ -430,6 +433,18 @@ func (q *Queue) ringDescribe() (string, int) {
 	for _, x := range q.ring.ext {
 		bytes += int64(len(x))
 	}
+	return items, bytes
+}
+
+// ringLen is Len for a Queue with a ring (under q.mu).
+func (q *Queue) ringLen() int {
+	n, _ := q.ring.r.Peek()
+	return int(n) + len(q.ring.front) + len(q.ring.over)
+}
+
+// ringDescribe is the status line of a Queue with a ring (under q.mu).
+func (q *Queue) ringDescribe() (string, int) {
+	items, bytes := q.ringDepth()
 	max := "unbounded"
 	if q.maxsize > 0 {
 		max = fmt.Sprintf("max %d", q.maxsize)

@@ -326,13 +326,27 @@ def test_scribbled_ring_is_an_error_not_a_crash(m):
     assert other.get() == "fine"
 
 
-def test_status_shows_depth_bytes_and_waiters(m):
-    q = m.Queue(name="fpq-status")
-    q.put_many([b"x" * 100] * 3)
-    st = state(m, "fpq-status")
-    assert st["state"].startswith("3 items, ") and "shared ring" in st["state"]
-    assert st["waiters"] == 0
-    q.get_many(10)
+def test_status_and_metrics_show_depth_bytes_and_waiters():
+    from test_metrics import _endpoint, _metrics_once
+    d = start_daemon("--metrics", "127.0.0.1:0", "--log-format", "json", "--log-level", "info")
+    try:
+        m = syncmgr.connect(d.address, d.key)
+        q = m.Queue(name="fpq-status")
+        q.put_many([b"x" * 100] * 3)  # by the fast path: the daemon reads the ring
+        st = state(m, "fpq-status")
+        assert st["state"].startswith("3 items, ") and "shared ring" in st["state"]
+        assert st["items"] == 3 and st["bytes"] >= 300 and st["waiters"] == 0
+        base = _endpoint(d)
+        _metrics_once(base, 'syncmgr_queue_items{kind="queue"}', 3)
+        q.get_many(10)
+        t = threading.Thread(target=lambda: pytest.raises(queue.Empty, q.get, timeout=5))
+        t.start()
+        assert wait_until(lambda: state(m, "fpq-status")["waiters"] == 1)
+        text = _metrics_once(base, 'syncmgr_waiters{kind="queue"}', 1)
+        assert 'syncmgr_queue_items{kind="queue"} 0' in text
+        t.join(30)
+    finally:
+        d.close()
 
 
 def test_forked_child_uses_its_own_session(m):
