@@ -27,6 +27,7 @@ import (
 // client op to the daemon, which serves front, ring and over in order and
 // moves over's items into the ring as room appears.
 type queueRing struct {
+	name    string
 	r       *statemem.Ring
 	gone    func(uint32) bool // whether a slot's session ended (latch take-over)
 	front   [][]byte
@@ -66,7 +67,7 @@ func (f *fastPath) bindQueue(q *Queue, perObject int64) {
 	if err != nil {
 		return
 	}
-	qr := &queueRing{r: r, ext: make(map[uint64][]byte), wch: make(chan struct{}),
+	qr := &queueRing{name: q.name, r: r, ext: make(map[uint64][]byte), wch: make(chan struct{}),
 		gone: func(s uint32) bool { return f.slotGone(Slot(s)) }}
 	q.mu.Lock()
 	q.ring = qr
@@ -99,6 +100,45 @@ func (q *Queue) Ring() *statemem.Ring {
 		return nil
 	}
 	return q.ring.r
+}
+
+// QueueWaiting is a fast-path client's thread asleep on a Queue's ring.
+type QueueWaiting struct {
+	Session uint64
+	Name    string
+	Op      string    // "get" or "put" ("" unknown)
+	Since   time.Time // zero: unknown
+	Count   int       // threads of that session waiting so
+}
+
+// QueueWaiting lists the sessions asleep on Queue rings now, for status.
+func (m *Manager) QueueWaiting() []QueueWaiting {
+	m.mu.RLock()
+	f := m.fast
+	m.mu.RUnlock()
+	if f == nil {
+		return nil
+	}
+	f.mu.Lock()
+	rings := make([]*queueRing, 0, len(f.queues))
+	for _, qr := range f.queues {
+		rings = append(rings, qr)
+	}
+	f.mu.Unlock()
+	var out []QueueWaiting
+	for _, qr := range rings {
+		for _, w := range qr.r.Waiters() {
+			f.mu.Lock()
+			s := f.attached[Slot(w.Slot)]
+			f.mu.Unlock()
+			if s == nil {
+				continue
+			}
+			op := map[uint32]string{statemem.RingWaitGet: "get", statemem.RingWaitPut: "put"}[w.Op]
+			out = append(out, QueueWaiting{Session: s.ID, Name: qr.name, Op: op, Since: w.Since, Count: w.Count})
+		}
+	}
+	return out
 }
 
 // releaseQueueSlots lets go of the latch and the waiter counts of a

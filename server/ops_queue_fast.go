@@ -60,3 +60,18 @@ func opQueueAttach(c *conn, id uint64, a wire.Args) (any, manager.Grant, error) 
 	c.srv.cfg.Metrics.Op(c.cur.kind, c.cur.op, result(err))
 	return nil, manager.Grant{}, errParked // answered here
 }
+
+// queueWaiting adds the fast-path clients' threads asleep on Queue rings
+// (one entry per thread; "for" from when the first of a session's began).
+func (s *Server) queueWaiting(now time.Time, out []Waiting) []Waiting {
+	for _, w := range s.mgr.QueueWaiting() {
+		var d float64
+		if !w.Since.IsZero() {
+			d = now.Sub(w.Since).Seconds()
+		}
+		for i := 0; i < w.Count; i++ {
+			out = append(out, Waiting{Session: w.Session, Kind: wire.KindQueue, Name: w.Name, Op: w.Op, For: d})
+		}
+	}
+	return out
+}

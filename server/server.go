@@ -316,6 +316,7 @@ func (s *Server) waiting() []Waiting {
 	for _, c := range conns {
 		out = c.waiting(now, out)
 	}
+	out = s.queueWaiting(now, out)
 	sort.Slice(out, func(i, j int) bool { return out[i].For > out[j].For })
 	return out
 }

@@ -31,7 +31,9 @@ import (
 //	88   u64  head word: position (bits 0-39) | gets (bits 40-63)
 //	96   u64  seq: bumped by every change; the futex word (low 32 bits)
 //	104  u32  waiters: processes asleep (or about to sleep) on seq
-//	128  u32[RingSlots]  per session slot: its threads waiting now
+//	128  per session slot, 16 bytes: u32 its threads waiting now, u32 what
+//	     for (RingWaitGet, RingWaitPut), u64 CLOCK_MONOTONIC ns at which the
+//	     first of them began (written when the count leaves 0)
 //	RingHeader..  data area
 //
 // Positions count bytes for ever (mod 2^40); a record starts at position
@@ -54,7 +56,7 @@ const (
 	// RingSlots is the number of session slots the waiter table covers:
 	// sessions with a larger slot id use the queue through the daemon.
 	RingSlots  = 1024
-	RingHeader = 128 + 4*RingSlots
+	RingHeader = 128 + 16*RingSlots
 
 	// RingOffLatch and RingOffTail are exported for tests (TestSetWord).
 	RingOffLatch = 64
@@ -70,6 +72,10 @@ const (
 	ringOffSeq     = 96
 	ringOffWaiters = 104
 	ringOffSlots   = 128
+
+	// What a slot's sleepers wait for.
+	RingWaitGet uint32 = 1
+	RingWaitPut uint32 = 2
 
 	// RingFlagDaemon: the daemon holds items of this queue outside the ring
 	// (an undone get's item at the front, or puts that found no room at the
@@ -201,7 +207,33 @@ func (r *Ring) word(off int) *uint64 { return (*uint64)(unsafe.Pointer(&r.mem[of
 
 // slotWaiters returns slot's entry in the waiter table (slot < RingSlots).
 func (r *Ring) slotWaiters(slot uint32) *uint32 {
-	return (*uint32)(unsafe.Pointer(&r.mem[ringOffSlots+4*slot]))
+	return (*uint32)(unsafe.Pointer(&r.mem[ringOffSlots+16*slot]))
+}
+
+// RingWaiter is one session slot's sleepers on a ring.
+type RingWaiter struct {
+	Slot  uint32
+	Count int
+	Op    uint32    // RingWaitGet or RingWaitPut (anything else: unknown)
+	Since time.Time // zero: unknown
+}
+
+// Waiters lists the slots with sleepers now (for status).
+func (r *Ring) Waiters() []RingWaiter {
+	var out []RingWaiter
+	for i := uint32(1); i < RingSlots; i++ {
+		n := atomic.LoadUint32(r.slotWaiters(i))
+		if n == 0 {
+			continue
+		}
+		e := ringOffSlots + 16*int(i)
+		w := RingWaiter{Slot: i, Count: int(n), Op: atomic.LoadUint32((*uint32)(unsafe.Pointer(&r.mem[e+4])))}
+		if t, ok := SinceTime(atomic.LoadUint64((*uint64)(unsafe.Pointer(&r.mem[e+8])))); ok {
+			w.Since = t
+		}
+		out = append(out, w)
+	}
+	return out
 }
 
 // Lock takes the latch for the daemon. A latch held longer than a moment

@@ -19,7 +19,9 @@
 #define RING_MAGIC 0x5152474d434e5953ULL /* "SYNCMGRQ" */
 #define RING_VERSION 1u
 #define RING_SLOTS 1024u
-#define RING_HEADER (128u + 4u * RING_SLOTS)
+#define RING_HEADER (128u + 16u * RING_SLOTS)
+#define WAIT_GET 1u
+#define WAIT_PUT 2u
 #define R_CAP 16u
 #define R_INLINE 32u
 #define R_LATCH 64u
@@ -192,7 +194,7 @@ static int ring_sleep(Ring *r, uint32_t seen, Wait *wt) {
     ts.tv_nsec = (long)((slice - (double)ts.tv_sec) * 1e9);
     long rc;
     int err;
-    uint32_t *mine = r->slot < RING_SLOTS ? W32(r, R_SLOTS + 4 * r->slot) : NULL;
+    uint32_t *mine = r->slot < RING_SLOTS ? W32(r, R_SLOTS + 16 * r->slot) : NULL;
     if (expired) {
         rc = 0;
         err = 0;
@@ -217,11 +219,21 @@ static int ring_sleep(Ring *r, uint32_t seen, Wait *wt) {
     return LOAD(&r->detached) ? 2 : 1;
 }
 
-/* Registers as a waiter and reads seq, under the latch; then lets go. */
-static uint32_t register_wait(Ring *r) {
+/* Registers as a waiter for op (WAIT_GET, WAIT_PUT) and reads seq, under
+ * the latch; then lets go. The slot's entry records what for and since
+ * when (for status) when its count leaves 0. */
+static uint32_t register_wait(Ring *r, uint32_t op) {
     __atomic_add_fetch(W32(r, R_WAITERS), 1, __ATOMIC_SEQ_CST);
-    if (r->slot < RING_SLOTS)
-        __atomic_add_fetch(W32(r, R_SLOTS + 4 * r->slot), 1, __ATOMIC_SEQ_CST);
+    if (r->slot < RING_SLOTS) {
+        unsigned char *e = r->base + R_SLOTS + 16 * r->slot;
+        if (LOAD((uint32_t *)e) == 0) {
+            STORE((uint32_t *)(e + 4), op);
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            STORE((uint64_t *)(e + 8), (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec);
+        }
+        __atomic_add_fetch((uint32_t *)e, 1, __ATOMIC_SEQ_CST);
+    }
     uint32_t seen = (uint32_t)LOAD(W64(r, R_SEQ));
     latch_free(r, 0);
     return seen;
@@ -288,7 +300,7 @@ static PyObject *ring_put(Ring *r, PyObject *const *args, Py_ssize_t nargs) {
         }
         if (!wt.started)
             wait_start(&wt, timeout);
-        uint32_t seen = register_wait(r);
+        uint32_t seen = register_wait(r, WAIT_PUT);
         int s = ring_sleep(r, seen, &wt);
         if (s != 1) {
             res = s < 0 ? -1 : s == 0 ? RES_NONE : RES_DAEMON;
@@ -383,7 +395,7 @@ static PyObject *ring_get(Ring *r, PyObject *const *args, Py_ssize_t nargs) {
         }
         if (!wt.started)
             wait_start(&wt, timeout);
-        uint32_t seen = register_wait(r);
+        uint32_t seen = register_wait(r, WAIT_GET);
         int s = ring_sleep(r, seen, &wt);
         if (s != 1)
             return result(s < 0 ? -1 : s == 0 ? RES_NONE : RES_DAEMON);
@@ -447,7 +459,7 @@ static PyObject *ring_get_many(Ring *r, PyObject *const *args, Py_ssize_t nargs)
         }
         if (!wt.started)
             wait_start(&wt, timeout);
-        uint32_t seen = register_wait(r);
+        uint32_t seen = register_wait(r, WAIT_GET);
         int s = ring_sleep(r, seen, &wt);
         if (s != 1)
             return result(s < 0 ? -1 : s == 0 ? RES_NONE : RES_DAEMON);
