@@ -21,8 +21,10 @@ type Queue struct {
 	lim        *byteLimits // nil: no byte limits
 	held       int64       // counted bytes of items and waiting putters' items
 	getters    waitQueue
-	putters    waitQueue  // each carries the item it wants to put
-	ring       *queueRing // non-nil: the items are in a shared ring (queue_ring.go)
+	putters    waitQueue          // each carries the item it wants to put
+	ring       *queueRing         // non-nil: the items are in a shared ring (queue_ring.go)
+	owed       map[*Session]int64 // joinable: items each session got and has not marked done (queue_owed.go)
+	abandoned  int64              // joinable: items marked done because their session ended
 }
 
 func newQueue(name string, maxsize int64) *Queue {
@@ -46,15 +48,16 @@ func (q *Queue) accepted() {
 
 // TaskDone marks one item got from a JoinableQueue as processed; more calls
 // than items put is ErrValue.
-func (q *Queue) TaskDone() error {
-	q.mu.Lock()
-	defer q.mu.Unlock()
+func (q *Queue) TaskDone() error { return q.TaskDoneBy(nil) }
+
+func (q *Queue) taskDoneLocked(s *Session) error {
 	if !q.joinable {
 		return fmt.Errorf("%w: task_done on a queue that is not joinable", ErrType)
 	}
 	if q.unfinished <= 0 {
 		return fmt.Errorf("%w: task_done() called too many times", ErrValue)
 	}
+	q.payDebt(s)
 	if q.unfinished--; q.unfinished == 0 {
 		for w := q.joiners.front(); w != nil; w = q.joiners.front() {
 			q.joiners.grant(w)
@@ -221,7 +224,7 @@ func (q *Queue) GetGrant(ctx context.Context, block bool, timeout time.Duration)
 	return Grant{obj: q, item: item, ok: true}, nil
 }
 
-func (q *Queue) undo(g *Grant) { _ = q.Unget(g.item) }
+func (q *Queue) undo(g *Grant) { _ = q.UngetBy(g.item, g.sess) }
 
 func (q *Queue) get(ctx context.Context, block bool, timeout time.Duration) ([]byte, error) {
 	if q.ring != nil {
@@ -318,7 +321,11 @@ func (q *Queue) Describe() (string, int) {
 	if q.maxsize > 0 {
 		max = fmt.Sprintf("max %d", q.maxsize)
 	}
-	return fmt.Sprintf("%d items, %d bytes, %s", q.items.Len(), q.bytes, max), q.getters.len() + q.putters.len()
+	st := fmt.Sprintf("%d items, %d bytes, %s", q.items.Len(), q.bytes, max)
+	if q.abandoned > 0 {
+		st += fmt.Sprintf(", %d marked done when their consumer's session ended", q.abandoned)
+	}
+	return st, q.getters.len() + q.putters.len()
 }
 
 func (q *Queue) fail(err error) {

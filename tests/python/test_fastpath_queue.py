@@ -364,3 +364,32 @@ def test_forked_child_uses_its_own_session(m):
     p.join(30)
     assert p.exitcode == 0
     assert q.get_many(5, timeout=5) == ["from child", "again"]
+
+
+def _consume_and_die(jq, ready):
+    jq.get(timeout=10)
+    jq.get(timeout=10)
+    jq.task_done()  # one of two
+    ready.set()
+    time.sleep(600)
+
+
+def test_joinable_queue_consumer_killed_with_unfinished_items_does_not_hang_join(m):
+    jq = m.JoinableQueue(name="fpq-join-dead")
+    jq.put("a")
+    jq.put("b")
+    ready = CTX.Event()
+    p = CTX.Process(target=_consume_and_die, args=(jq, ready))
+    p.start()
+    assert ready.wait(30)
+    assert jq.join(timeout=0.2) is False  # the consumer lives and owes one item
+    os.kill(p.pid, signal.SIGKILL)
+    p.join(30)
+    assert jq.join(timeout=10) is True  # its unfinished item was marked done when its session ended
+    assert "1 marked done" in state(m, "fpq-join-dead")["state"]
+    jq.put("c")  # the queue goes on as before
+    assert jq.get(timeout=5) == "c"
+    jq.task_done()
+    assert jq.join(timeout=5) is True
+    with pytest.raises(ValueError):
+        jq.task_done()
