@@ -134,8 +134,8 @@ static void rec_header(Ring *r, uint64_t idx, uint32_t n, uint32_t kind) {
 
 /* Writes one record (it fits) and returns the tail word to commit; the
  * caller stores it (one store commits every record written before it). */
-static uint64_t ring_write(Ring *r, uint64_t tail, const void *data, uint64_t n) {
-    uint64_t tp = tail & POS_MASK, tn = tail >> POS_BITS;
+static uint64_t ring_write2(Ring *r, uint64_t tail, const void *a, uint64_t na, const void *b, uint64_t nb) {
+    uint64_t n = na + nb, tp = tail & POS_MASK, tn = tail >> POS_BITS;
     uint64_t idx = tp & (r->cap - 1), need = REC_HEADER + pad8(n), adv = need;
     if (idx + need > r->cap) {
         rec_header(r, idx, 0, REC_PAD);
@@ -143,8 +143,15 @@ static uint64_t ring_write(Ring *r, uint64_t tail, const void *data, uint64_t n)
         idx = 0;
     }
     rec_header(r, idx, (uint32_t)n, REC_ITEM);
-    memcpy(r->base + RING_HEADER + idx + REC_HEADER, data, n);
+    unsigned char *dst = r->base + RING_HEADER + idx + REC_HEADER;
+    memcpy(dst, a, na);
+    if (nb)
+        memcpy(dst + na, b, nb);
     return ((tp + adv) & POS_MASK) | (((tn + 1) & COUNT_MASK) << POS_BITS);
+}
+
+static uint64_t ring_write(Ring *r, uint64_t tail, const void *data, uint64_t n) {
+    return ring_write2(r, tail, data, n, NULL, 0);
 }
 
 /* Reads the head record: its payload and the head word after it. 0: an
@@ -259,6 +266,42 @@ static int op_begin(Ring *r) {
     return 0;
 }
 
+/* The put loop for an encoded item in two pieces (a header and a body). */
+static int put_core(Ring *r, const void *a, uint64_t na, const void *b, uint64_t nb, double timeout) {
+    Wait wt = {0, 0, 0};
+    if (na + nb > r->inline_max)
+        return RES_DAEMON;
+    for (;;) {
+        int res = op_begin(r);
+        if (res != 0)
+            return res;
+        STEP(1);
+        int fits = ring_fits(r, na + nb);
+        if (fits < 0 || fits == 2) { /* corrupt, or an item for the daemon to keep */
+            latch_free(r, 0);
+            return RES_DAEMON;
+        }
+        if (fits == 1) {
+            uint64_t t = ring_write2(r, LOAD(W64(r, R_TAIL)), a, na, b, nb);
+            STEP(2);
+            STORE(W64(r, R_TAIL), t);
+            STEP(3);
+            latch_free(r, 1);
+            return RES_OK;
+        }
+        if (timeout == 0) {
+            latch_free(r, 0);
+            return RES_NONE;
+        }
+        if (!wt.started)
+            wait_start(&wt, timeout);
+        uint32_t seen = register_wait(r, WAIT_PUT);
+        int sl = ring_sleep(r, seen, &wt);
+        if (sl != 1)
+            return sl < 0 ? -1 : sl == 0 ? RES_NONE : RES_DAEMON;
+    }
+}
+
 /* put(data, timeout) -> OK | BUSY (full at the deadline) | DAEMON */
 static PyObject *ring_put(Ring *r, PyObject *const *args, Py_ssize_t nargs) {
     NARGS(2, "put");
@@ -268,48 +311,237 @@ static PyObject *ring_put(Ring *r, PyObject *const *args, Py_ssize_t nargs) {
         return NULL;
     if (PyObject_GetBuffer(args[0], &b, PyBUF_SIMPLE) < 0)
         return NULL;
-    int res;
-    Wait wt = {0, 0, 0};
-    if ((uint64_t)b.len > r->inline_max) {
-        res = RES_DAEMON;
-        goto out;
-    }
-    for (;;) {
-        if ((res = op_begin(r)) != 0)
-            goto out;
-        STEP(1);
-        int fits = ring_fits(r, (uint64_t)b.len);
-        if (fits < 0 || fits == 2) { /* corrupt, or an item for the daemon to keep */
-            latch_free(r, 0);
-            res = RES_DAEMON;
-            goto out;
-        }
-        if (fits == 1) {
-            uint64_t t = ring_write(r, LOAD(W64(r, R_TAIL)), b.buf, (uint64_t)b.len);
-            STEP(2);
-            STORE(W64(r, R_TAIL), t);
-            STEP(3);
-            latch_free(r, 1);
-            res = RES_OK;
-            goto out;
-        }
-        if (timeout == 0) {
-            latch_free(r, 0);
-            res = RES_NONE;
-            goto out;
-        }
-        if (!wt.started)
-            wait_start(&wt, timeout);
-        uint32_t seen = register_wait(r, WAIT_PUT);
-        int s = ring_sleep(r, seen, &wt);
-        if (s != 1) {
-            res = s < 0 ? -1 : s == 0 ? RES_NONE : RES_DAEMON;
-            goto out;
-        }
-    }
-out:
+    int res = put_core(r, b.buf, (uint64_t)b.len, NULL, 0, timeout);
     PyBuffer_Release(&b);
     return result(res);
+}
+
+/* --- plain scalars as msgpack, without Python's encoder ------------------
+ * The socket path stores plain data as 0xC1 + one msgpack object
+ * (pyclient/syncmgr/_values.py); these encode and decode None, bool, int,
+ * float, str and bytes (exact types) the same way, straight into and out of
+ * the ring. Anything else is Python's to encode. */
+
+#define TAG 0xC1
+
+static void be(unsigned char *p, uint64_t v, int n) {
+    for (int i = n - 1; i >= 0; i--, v >>= 8)
+        p[i] = (unsigned char)v;
+}
+
+static uint64_t rd_be(const unsigned char *p, int n) {
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/* Encodes o's header into hdr (at most 10 bytes) and points *body at its
+ * bytes, if any. 1: done; 0: not a plain scalar (Python encodes it); -1:
+ * an exception. */
+static int encode_scalar(PyObject *o, unsigned char *hdr, uint64_t *nh, const void **body, uint64_t *nb) {
+    unsigned char *h = hdr;
+    *h++ = TAG;
+    *body = NULL;
+    *nb = 0;
+    if (o == Py_None) {
+        *h++ = 0xc0;
+    } else if (o == Py_False || o == Py_True) {
+        *h++ = o == Py_True ? 0xc3 : 0xc2;
+    } else if (PyLong_CheckExact(o)) {
+        int overflow;
+        long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+        if (overflow > 0) {
+            unsigned long long u = PyLong_AsUnsignedLongLong(o);
+            if (u == (unsigned long long)-1 && PyErr_Occurred()) {
+                PyErr_Clear();
+                return 0; /* past 2**64: Python pickles it */
+            }
+            *h++ = 0xcf;
+            be(h, u, 8);
+            h += 8;
+        } else if (overflow < 0) {
+            return 0;
+        } else if (v == -1 && PyErr_Occurred()) {
+            return -1;
+        } else if (v >= 0 && v <= 127) {
+            *h++ = (unsigned char)v;
+        } else if (v < 0 && v >= -32) {
+            *h++ = (unsigned char)(0xe0 | (v + 32));
+        } else if (v > 0) {
+            int n = v <= 0xff ? 1 : v <= 0xffff ? 2 : v <= 0xffffffffLL ? 4 : 8;
+            *h++ = n == 1 ? 0xcc : n == 2 ? 0xcd : n == 4 ? 0xce : 0xcf;
+            be(h, (uint64_t)v, n);
+            h += n;
+        } else {
+            int n = v >= -128 ? 1 : v >= -32768 ? 2 : v >= -2147483648LL ? 4 : 8;
+            *h++ = n == 1 ? 0xd0 : n == 2 ? 0xd1 : n == 4 ? 0xd2 : 0xd3;
+            be(h, (uint64_t)v, n);
+            h += n;
+        }
+    } else if (PyFloat_CheckExact(o)) {
+        double d = PyFloat_AS_DOUBLE(o);
+        uint64_t bits;
+        memcpy(&bits, &d, 8);
+        *h++ = 0xcb;
+        be(h, bits, 8);
+        h += 8;
+    } else if (PyUnicode_CheckExact(o)) {
+        Py_ssize_t n;
+        const char *u = PyUnicode_AsUTF8AndSize(o, &n);
+        if (u == NULL) { /* lone surrogates: Python pickles it */
+            PyErr_Clear();
+            return 0;
+        }
+        if (n < 32) {
+            *h++ = (unsigned char)(0xa0 | n);
+        } else if (n <= 0xff) {
+            *h++ = 0xd9;
+            *h++ = (unsigned char)n;
+        } else if (n <= 0xffff) {
+            *h++ = 0xda;
+            be(h, (uint64_t)n, 2);
+            h += 2;
+        } else if ((uint64_t)n <= 0xffffffffULL) {
+            *h++ = 0xdb;
+            be(h, (uint64_t)n, 4);
+            h += 4;
+        } else {
+            return 0;
+        }
+        *body = u;
+        *nb = (uint64_t)n;
+    } else if (PyBytes_CheckExact(o)) {
+        Py_ssize_t n = PyBytes_GET_SIZE(o);
+        if (n <= 0xff) {
+            *h++ = 0xc4;
+            *h++ = (unsigned char)n;
+        } else if (n <= 0xffff) {
+            *h++ = 0xc5;
+            be(h, (uint64_t)n, 2);
+            h += 2;
+        } else if ((uint64_t)n <= 0xffffffffULL) {
+            *h++ = 0xc6;
+            be(h, (uint64_t)n, 4);
+            h += 4;
+        } else {
+            return 0;
+        }
+        *body = PyBytes_AS_STRING(o);
+        *nb = (uint64_t)n;
+    } else {
+        return 0;
+    }
+    *nh = (uint64_t)(h - hdr);
+    return 1;
+}
+
+/* Decodes a record that is exactly 0xC1 + one plain scalar; NULL without an
+ * exception when it is anything else (Python decodes it). */
+static PyObject *decode_scalar(const unsigned char *p, uint64_t n) {
+    if (n < 2 || p[0] != TAG)
+        return NULL;
+    unsigned char c = p[1];
+    const unsigned char *q = p + 2;
+    uint64_t left = n - 2, len;
+    if (c <= 0x7f)
+        return left == 0 ? PyLong_FromLong(c) : NULL;
+    if (c >= 0xe0)
+        return left == 0 ? PyLong_FromLong((long)(signed char)c) : NULL;
+    if ((c & 0xe0) == 0xa0) {
+        len = c & 0x1f;
+        goto str;
+    }
+    switch (c) {
+    case 0xc0:
+        if (left == 0)
+            Py_RETURN_NONE;
+        return NULL;
+    case 0xc2:
+    case 0xc3:
+        if (left != 0)
+            return NULL;
+        return PyBool_FromLong(c == 0xc3);
+    case 0xcc: case 0xcd: case 0xce: case 0xcf: {
+        int k = 1 << (c - 0xcc);
+        if (left != (uint64_t)k)
+            return NULL;
+        return PyLong_FromUnsignedLongLong(rd_be(q, k));
+    }
+    case 0xd0: case 0xd1: case 0xd2: case 0xd3: {
+        int k = 1 << (c - 0xd0);
+        if (left != (uint64_t)k)
+            return NULL;
+        uint64_t v = rd_be(q, k);
+        int sh = 64 - 8 * k;
+        return PyLong_FromLongLong((long long)(v << sh) >> sh);
+    }
+    case 0xcb: {
+        if (left != 8)
+            return NULL;
+        uint64_t bits = rd_be(q, 8);
+        double d;
+        memcpy(&d, &bits, 8);
+        return PyFloat_FromDouble(d);
+    }
+    case 0xc4: case 0xc5: case 0xc6: case 0xd9: case 0xda: case 0xdb: {
+        int k = (c == 0xc4 || c == 0xd9) ? 1 : (c == 0xc5 || c == 0xda) ? 2 : 4;
+        if (left < (uint64_t)k)
+            return NULL;
+        len = rd_be(q, k);
+        q += k;
+        left -= (uint64_t)k;
+        if (c >= 0xd9)
+            goto str;
+        if (len != left)
+            return NULL;
+        return PyBytes_FromStringAndSize((const char *)q, (Py_ssize_t)len);
+    }
+    default:
+        return NULL;
+    }
+str:
+    if (len != left)
+        return NULL;
+    {
+        PyObject *u = PyUnicode_DecodeUTF8((const char *)q, (Py_ssize_t)len, "strict");
+        if (u == NULL)
+            PyErr_Clear(); /* msgpack refuses it too: Python reports it */
+        return u;
+    }
+}
+
+/* Py_NewRef, which Python 3.9 lacks. */
+static inline PyObject *new_ref(PyObject *o) {
+    Py_INCREF(o);
+    return o;
+}
+
+/* Sentinels of put_item and get_item, whose results may be any item
+ * (QEMPTY means full for put_item, empty for get_item). */
+static PyObject *Q_ENCODE, *Q_NONE, *Q_DAEMON;
+
+/* put_item(item, timeout) -> None (stored) | BUSY | DAEMON | ENCODE (not a
+ * plain scalar: encode it in Python and call put) */
+static PyObject *ring_put_item(Ring *r, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(2, "put_item");
+    double timeout;
+    if (get_timeout(args[1], &timeout) < 0)
+        return NULL;
+    unsigned char hdr[16];
+    uint64_t nh, nb;
+    const void *body;
+    int e = encode_scalar(args[0], hdr, &nh, &body, &nb);
+    if (e < 0)
+        return NULL;
+    if (e == 0)
+        return new_ref(Q_ENCODE);
+    int res = put_core(r, hdr, nh, body, nb, timeout);
+    if (res < 0)
+        return NULL;
+    if (res == RES_OK)
+        Py_RETURN_NONE;
+    return new_ref(res == RES_NONE ? Q_NONE : Q_DAEMON);
 }
 
 /* put_many(list of bytes) -> how many of the first items went in (all of
@@ -362,25 +594,28 @@ static PyObject *ring_put_many(Ring *r, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromSsize_t(done);
 }
 
-/* get(timeout) -> bytes | BUSY (empty at the deadline) | DAEMON */
-static PyObject *ring_get(Ring *r, PyObject *const *args, Py_ssize_t nargs) {
-    NARGS(1, "get");
-    double timeout;
-    if (get_timeout(args[0], &timeout) < 0)
-        return NULL;
+/* The get loop: the head item, decoded when it is a plain scalar and
+ * decode is set, else as bytes; NULL with *res a result code (no
+ * exception) or with an exception (*res < 0). */
+static PyObject *get_core(Ring *r, double timeout, int decode, int *res) {
     Wait wt = {0, 0, 0};
     for (;;) {
-        int res = op_begin(r);
-        if (res != 0)
-            return result(res);
+        *res = op_begin(r);
+        if (*res != 0)
+            return NULL;
         STEP(11);
         const unsigned char *data;
         uint64_t n, next;
-        res = ring_peek(r, LOAD(W64(r, R_HEAD)), &data, &n, &next);
-        if (res == 0) {
-            PyObject *out = PyBytes_FromStringAndSize((const char *)data, (Py_ssize_t)n);
+        *res = ring_peek(r, LOAD(W64(r, R_HEAD)), &data, &n, &next);
+        if (*res == 0) {
+            PyObject *out;
+            if (!decode)
+                out = PyBytes_FromStringAndSize((const char *)data, (Py_ssize_t)n);
+            else if ((out = decode_scalar(data, n)) == NULL && !PyErr_Occurred())
+                out = PyByteArray_FromStringAndSize((const char *)data, (Py_ssize_t)n);
             if (out == NULL) { /* no memory: the item stays at the head */
                 latch_free(r, 0);
+                *res = -1;
                 return NULL;
             }
             STEP(12);
@@ -389,17 +624,48 @@ static PyObject *ring_get(Ring *r, PyObject *const *args, Py_ssize_t nargs) {
             latch_free(r, 1);
             return out;
         }
-        if (res != RES_NONE || timeout == 0) {
+        if (*res != RES_NONE || timeout == 0) {
             latch_free(r, 0);
-            return result(res);
+            return NULL;
         }
         if (!wt.started)
             wait_start(&wt, timeout);
         uint32_t seen = register_wait(r, WAIT_GET);
-        int s = ring_sleep(r, seen, &wt);
-        if (s != 1)
-            return result(s < 0 ? -1 : s == 0 ? RES_NONE : RES_DAEMON);
+        int sl = ring_sleep(r, seen, &wt);
+        if (sl != 1) {
+            *res = sl < 0 ? -1 : sl == 0 ? RES_NONE : RES_DAEMON;
+            return NULL;
+        }
     }
+}
+
+/* get(timeout) -> bytes | BUSY (empty at the deadline) | DAEMON */
+static PyObject *ring_get(Ring *r, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(1, "get");
+    double timeout;
+    if (get_timeout(args[0], &timeout) < 0)
+        return NULL;
+    int res;
+    PyObject *out = get_core(r, timeout, 0, &res);
+    return out != NULL ? out : result(res);
+}
+
+/* get_item(timeout) -> item | QEMPTY | QDAEMON: a plain scalar comes
+ * decoded, anything else as a bytearray of its stored bytes for Python to
+ * decode (no decoded item is ever a bytearray). */
+static PyObject *ring_get_item(Ring *r, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(1, "get_item");
+    double timeout;
+    if (get_timeout(args[0], &timeout) < 0)
+        return NULL;
+    int res;
+    PyObject *out = get_core(r, timeout, 1, &res);
+    if (out == NULL) {
+        if (res < 0)
+            return NULL;
+        return new_ref(res == RES_NONE ? Q_NONE : Q_DAEMON);
+    }
+    return out;
 }
 
 /* get_many(max_items, timeout) -> list of bytes (at least one, at most
@@ -587,6 +853,10 @@ static PyMethodDef ring_methods[] = {
     {"put_many", (PyCFunction)(void (*)(void))ring_put_many, METH_FASTCALL,
      "put_many(list of bytes) -> how many went in, or None (the daemon's)"},
     {"get", (PyCFunction)(void (*)(void))ring_get, METH_FASTCALL, "get(timeout) -> bytes | BUSY | DAEMON"},
+    {"put_item", (PyCFunction)(void (*)(void))ring_put_item, METH_FASTCALL,
+     "put_item(item, timeout) -> None | QEMPTY (full) | QDAEMON | QENCODE"},
+    {"get_item", (PyCFunction)(void (*)(void))ring_get_item, METH_FASTCALL,
+     "get_item(timeout) -> item | bytearray (for Python to decode) | QEMPTY | QDAEMON"},
     {"get_many", (PyCFunction)(void (*)(void))ring_get_many, METH_FASTCALL,
      "get_many(max_items, timeout) -> list of bytes | BUSY | DAEMON"},
     {"qsize", (PyCFunction)ring_qsize, METH_NOARGS, "items in the ring, or -1 (ask the daemon)"},
@@ -638,6 +908,21 @@ PyMethodDef queue_module_methods[] = {
 int queue_add_types(PyObject *m) {
     if (PyType_Ready(&RingType) < 0)
         return -1;
+    Q_ENCODE = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
+    Q_NONE = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
+    Q_DAEMON = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
+    if (Q_ENCODE == NULL || Q_NONE == NULL || Q_DAEMON == NULL)
+        return -1;
+    /* The module takes a reference of its own; ours stay for the C code. */
+    const char *names[] = {"QENCODE", "QEMPTY", "QDAEMON"};
+    PyObject *objs[] = {Q_ENCODE, Q_NONE, Q_DAEMON};
+    for (int i = 0; i < 3; i++) {
+        Py_INCREF(objs[i]);
+        if (PyModule_AddObject(m, names[i], objs[i]) < 0) {
+            Py_DECREF(objs[i]);
+            return -1;
+        }
+    }
     Py_INCREF(&RingType);
     if (PyModule_AddObject(m, "Ring", (PyObject *)&RingType) < 0) {
         Py_DECREF(&RingType);

@@ -579,13 +579,13 @@ def _queue_timeout(block: bool, timeout: Optional[float]) -> float:
     ones raise as queue.Queue does, before anything is stored."""
     if not block:
         return 0.0
-    t = _proxies_timeout(timeout)
+    if timeout is None:
+        return -1.0
+    if type(timeout) is float and 0.0 <= timeout < 1e9:
+        return timeout
+    from ._proxies import _timeout_arg  # (a cycle at import time: _proxies imports this module)
+    t = _timeout_arg(True, timeout, minus_one_forever=False)
     return -1.0 if t is None else t
-
-
-def _proxies_timeout(timeout: Optional[float]) -> Optional[float]:
-    from ._proxies import _timeout_arg
-    return _timeout_arg(True, timeout, minus_one_forever=False)
 
 
 class _QueueHandle(_Handle):
@@ -633,13 +633,20 @@ class _QueueHandle(_Handle):
         return super().slow(method, *args)
 
     def put(self, item: Any, block: bool = True, timeout: Optional[float] = None) -> None:
-        t = _queue_timeout(block, timeout)
-        data = _values.dumps(item)
-        if self.usable():
-            r = self.ring.put(data, t)
-            if r == OK:
+        t = -1.0 if block is True and timeout is None else _queue_timeout(block, timeout)
+        if self.fp.ok or self.usable():
+            # A plain scalar is encoded by the extension straight into the
+            # ring; anything else here (a pickle refused before any latch).
+            r = self.ring.put_item(item, t)
+            if r is None:
                 return
-            if r == BUSY:
+            if r is _QENCODE:
+                r = self.ring.put(_dumps(item), t)
+                if r == OK:
+                    return
+                if r == BUSY:
+                    raise exc.Full()
+            elif r is _QEMPTY:
                 raise exc.Full()
         self.slow("put", item, block, timeout)
 
@@ -647,13 +654,15 @@ class _QueueHandle(_Handle):
         self.put(item, False)
 
     def get(self, block: bool = True, timeout: Optional[float] = None) -> Any:
-        t = _queue_timeout(block, timeout)
-        if self.usable():
-            r = self.ring.get(t)
-            if type(r) is bytes:
-                return _values.loads(r)
-            if r == BUSY:
+        t = -1.0 if block is True and timeout is None else _queue_timeout(block, timeout)
+        if self.fp.ok or self.usable():
+            r = self.ring.get_item(t)
+            if type(r) is bytearray:  # not a plain scalar: Python decodes it
+                return _loads(r)
+            if r is _QEMPTY:
                 raise exc.Empty()
+            if r is not _QDAEMON:
+                return r
         return self.slow("get", block, timeout)
 
     def get_nowait(self) -> Any:
@@ -720,6 +729,13 @@ class _QueueHandle(_Handle):
             if n >= 0:
                 return bool(0 < self.maxsize <= n)
         return bool(self.slow("full"))
+
+
+_dumps = _values.dumps
+_loads = _values.loads
+_QENCODE = getattr(_ext, "QENCODE", None)
+_QEMPTY = getattr(_ext, "QEMPTY", None)
+_QDAEMON = getattr(_ext, "QDAEMON", None)
 
 
 def _check_count(max_items: Any) -> None:

@@ -393,3 +393,38 @@ def test_joinable_queue_consumer_killed_with_unfinished_items_does_not_hang_join
     assert jq.join(timeout=5) is True
     with pytest.raises(ValueError):
         jq.task_done()
+
+
+SCALARS = [0, 127, 128, -32, -33, 255, 256, -128, -129, 65535, 65536, -32768, -32769, 2**32, -2**31 - 1,
+           2**63 - 1, 2**63, 2**64 - 1, -2**63, 2**64, -2**63 - 1, 0.0, -1.5, float("inf"), "", "é", "x" * 31,
+           "x" * 32, "y" * 300, "z" * 70000, b"", b"b" * 255, b"b" * 256, b"c" * 70000, None, True, False,
+           "\ud800"]
+
+
+def test_scalars_encoded_by_the_extension_read_the_same_everywhere(daemon, m):
+    """The extension encodes plain scalars into the ring itself; a socket
+    client reads them as Python's encoder would have written them, and the
+    other way round."""
+    q = m.Queue(name="fpq-scalars")
+    for x in SCALARS:
+        q.put(x)
+    out = [q.get() for _ in SCALARS]
+    assert out == SCALARS and [type(x) for x in out] == [type(x) for x in SCALARS]
+    q.put_many(SCALARS)
+    reader = run_py(daemon, """
+        import syncmgr, os, pickle, sys
+        m = syncmgr.connect(os.environ["SYNCMGR_ADDRESS"], bytes.fromhex(os.environ["SYNCMGR_AUTHKEY"]))
+        q = m.Queue(name="fpq-scalars")
+        got = [q.get(timeout=30) for _ in range(%d)]
+        for x in got:
+            q.put(x)
+        sys.stdout.write(pickle.dumps(got, protocol=0).decode("latin-1"))
+    """ % len(SCALARS), SYNCMGR_FASTPATH="0")
+    out, err = reader.communicate(timeout=60)
+    assert reader.returncode == 0, err
+    got = pickle.loads(out.encode("latin-1"))
+    assert got == SCALARS and [type(x) for x in got] == [type(x) for x in SCALARS]
+    back = q.get_many(len(SCALARS), timeout=10)
+    while len(back) < len(SCALARS):
+        back += q.get_many(len(SCALARS), timeout=10)
+    assert back == SCALARS and [type(x) for x in back] == [type(x) for x in SCALARS]
