@@ -544,23 +544,18 @@ static PyObject *ring_put_item(Ring *r, PyObject *const *args, Py_ssize_t nargs)
     return new_ref(res == RES_NONE ? Q_NONE : Q_DAEMON);
 }
 
-/* put_many(list of bytes) -> how many of the first items went in (all of
- * them, or up to the first that did not fit or is too large); one latch
- * and one commit for all. None: the daemon's (flag, or a corrupt ring). */
+/* put_many(items) -> how many of the first items went in: all, or up to
+ * the first that does not fit, is too large, or is neither a bytearray
+ * (an item Python encoded) nor a plain scalar the extension encodes. One
+ * latch and one commit for all. None: the daemon's (flag, or a corrupt
+ * ring). */
 static PyObject *ring_put_many(Ring *r, PyObject *const *args, Py_ssize_t nargs) {
     NARGS(1, "put_many");
-    PyObject *seq = PySequence_Fast(args[0], "put_many takes a sequence of bytes");
+    PyObject *seq = PySequence_Fast(args[0], "put_many takes a sequence");
     if (seq == NULL)
         return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), done = 0;
     PyObject **items = PySequence_Fast_ITEMS(seq);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (!PyBytes_Check(items[i])) {
-            Py_DECREF(seq);
-            PyErr_SetString(PyExc_TypeError, "put_many takes a sequence of bytes");
-            return NULL;
-        }
-    }
     if (op_begin(r) != 0) {
         Py_DECREF(seq);
         Py_RETURN_NONE;
@@ -569,7 +564,27 @@ static PyObject *ring_put_many(Ring *r, PyObject *const *args, Py_ssize_t nargs)
     uint64_t t = LOAD(W64(r, R_TAIL)), head = LOAD(W64(r, R_HEAD));
     uint64_t hp = head & POS_MASK, hn = head >> POS_BITS;
     for (; done < n; done++) {
-        uint64_t len = (uint64_t)PyBytes_GET_SIZE(items[done]);
+        unsigned char hdr[16];
+        uint64_t nh, nb;
+        const void *a, *b;
+        PyObject *it = items[done];
+        if (PyByteArray_CheckExact(it)) {
+            a = PyByteArray_AS_STRING(it);
+            nh = (uint64_t)PyByteArray_GET_SIZE(it);
+            b = NULL;
+            nb = 0;
+        } else {
+            int e = encode_scalar(it, hdr, &nh, &b, &nb);
+            if (e < 0) { /* nothing committed */
+                latch_free(r, 0);
+                Py_DECREF(seq);
+                return NULL;
+            }
+            if (e == 0)
+                break;
+            a = hdr;
+        }
+        uint64_t len = nh + nb;
         if (len > r->inline_max)
             break;
         uint64_t tp = t & POS_MASK, tn = t >> POS_BITS;
@@ -584,7 +599,7 @@ static PyObject *ring_put_many(Ring *r, PyObject *const *args, Py_ssize_t nargs)
             need += r->cap - idx;
         if ((r->maxsize && cnt >= r->maxsize) || used + need > r->cap)
             break;
-        t = ring_write(r, t, PyBytes_AS_STRING(items[done]), len);
+        t = ring_write2(r, t, a, nh, b, nb);
     }
     STEP(2);
     STORE(W64(r, R_TAIL), t);
@@ -668,8 +683,9 @@ static PyObject *ring_get_item(Ring *r, PyObject *const *args, Py_ssize_t nargs)
     return out;
 }
 
-/* get_many(max_items, timeout) -> list of bytes (at least one, at most
- * max_items: what the ring holds up to the first record the daemon keeps)
+/* get_many(max_items, timeout) -> list (at least one item, at most
+ * max_items: what the ring holds up to the first record the daemon keeps;
+ * plain scalars decoded, anything else a bytearray for Python to decode)
  * | BUSY | DAEMON. Waits only while the ring is empty. */
 static PyObject *ring_get_many(Ring *r, PyObject *const *args, Py_ssize_t nargs) {
     NARGS(2, "get_many");
@@ -701,7 +717,9 @@ static PyObject *ring_get_many(Ring *r, PyObject *const *args, Py_ssize_t nargs)
             res = ring_peek(r, head, &data, &n, &next);
             if (res != 0)
                 break;
-            PyObject *b = PyBytes_FromStringAndSize((const char *)data, (Py_ssize_t)n);
+            PyObject *b = decode_scalar(data, n);
+            if (b == NULL && !PyErr_Occurred())
+                b = PyByteArray_FromStringAndSize((const char *)data, (Py_ssize_t)n);
             if (b == NULL || PyList_Append(list, b) < 0) {
                 Py_XDECREF(b);
                 Py_DECREF(list);
@@ -851,14 +869,14 @@ static PyObject *ring_get_inline(Ring *r, void *Py_UNUSED(c)) {
 static PyMethodDef ring_methods[] = {
     {"put", (PyCFunction)(void (*)(void))ring_put, METH_FASTCALL, "put(data, timeout) -> OK | BUSY | DAEMON"},
     {"put_many", (PyCFunction)(void (*)(void))ring_put_many, METH_FASTCALL,
-     "put_many(list of bytes) -> how many went in, or None (the daemon's)"},
+     "put_many(items: plain scalars or bytearrays of encoded items) -> how many went in, or None"},
     {"get", (PyCFunction)(void (*)(void))ring_get, METH_FASTCALL, "get(timeout) -> bytes | BUSY | DAEMON"},
     {"put_item", (PyCFunction)(void (*)(void))ring_put_item, METH_FASTCALL,
      "put_item(item, timeout) -> None | QEMPTY (full) | QDAEMON | QENCODE"},
     {"get_item", (PyCFunction)(void (*)(void))ring_get_item, METH_FASTCALL,
      "get_item(timeout) -> item | bytearray (for Python to decode) | QEMPTY | QDAEMON"},
     {"get_many", (PyCFunction)(void (*)(void))ring_get_many, METH_FASTCALL,
-     "get_many(max_items, timeout) -> list of bytes | BUSY | DAEMON"},
+     "get_many(max_items, timeout) -> list (scalars decoded, bytearrays to decode) | BUSY | DAEMON"},
     {"qsize", (PyCFunction)ring_qsize, METH_NOARGS, "items in the ring, or -1 (ask the daemon)"},
     {"detach", (PyCFunction)ring_detach, METH_NOARGS, "the daemon is gone"},
     {"invalidate", (PyCFunction)ring_invalidate, METH_NOARGS, "stop using the ring (forked child)"},

@@ -670,28 +670,24 @@ class _QueueHandle(_Handle):
 
     def put_many(self, items: Any, block: bool = True, timeout: Optional[float] = None) -> None:
         """Put every item of items, in order (each put commits by itself;
-        items the ring takes at once share one commit)."""
+        the items the ring takes at once share one commit). Every item is
+        encoded (an unpicklable one refused) before any is stored."""
         t = _queue_timeout(block, timeout)
         items = list(items)
-        datas = [_values.dumps(x) for x in items]  # refuse unpicklable items before storing any
+        # Plain scalars go as they are (the extension encodes them); the
+        # rest as a bytearray of their encoding.
+        prepared = [x if type(x) in _SCALARS else bytearray(_dumps(x)) for x in items]
         start = _monotonic()
         i = 0
-        while i < len(datas):
-            if not self.usable():
-                break
-            n = self.ring.put_many(datas[i:])
+        while i < len(items) and (self.fp.ok or self.usable()):
+            n = self.ring.put_many(prepared[i:] if i else prepared)
             if n is None:
                 break
             i += n
-            if i < len(datas):  # no room (or too large): one blocking put, then batch again
+            if i < len(items):  # no room, too large, or not encodable there: one put, then batch again
                 left = t if t <= 0 else max(0.0, t - (_monotonic() - start))
-                r = self.ring.put(datas[i], left)
-                if r == OK:
-                    i += 1
-                elif r == BUSY:
-                    raise exc.Full()
-                else:
-                    break
+                self.put(items[i], block, None if left < 0 else left)
+                i += 1
         for x in items[i:]:
             left_t = None if t < 0 else max(0.0, t - (_monotonic() - start))
             self.slow("put", x, block, left_t)
@@ -701,10 +697,10 @@ class _QueueHandle(_Handle):
         as are there at once, up to max_items."""
         _check_count(max_items)
         t = _queue_timeout(block, timeout)
-        if self.usable():
+        if self.fp.ok or self.usable():
             r = self.ring.get_many(max_items, t)
             if type(r) is list:
-                return [_values.loads(b) for b in r]
+                return [_loads(x) if type(x) is bytearray else x for x in r]
             if r == BUSY:
                 raise exc.Empty()
         return self.slow("get_many", max_items, block, timeout)  # type: ignore[no-any-return]
@@ -736,6 +732,7 @@ _loads = _values.loads
 _QENCODE = getattr(_ext, "QENCODE", None)
 _QEMPTY = getattr(_ext, "QEMPTY", None)
 _QDAEMON = getattr(_ext, "QDAEMON", None)
+_SCALARS = frozenset((type(None), bool, int, float, str, bytes))
 
 
 def _check_count(max_items: Any) -> None:

@@ -14,6 +14,7 @@ import os
 import pickle
 import queue
 import signal
+import statistics
 import subprocess
 import sys
 import textwrap
@@ -30,7 +31,7 @@ pytestmark = pytest.mark.skipif(_fast._ext is None or os.environ.get("SYNCMGR_FA
                                 reason="fast path not built or disabled")
 CTX = mp.get_context("fork")
 # Kill-loop length: a bounded run by default; SYNCMGR_QUEUE_KILLS=1000 for the long one.
-KILLS = int(os.environ.get("SYNCMGR_QUEUE_KILLS", "14"))
+KILLS = int(os.environ.get("SYNCMGR_QUEUE_KILLS", "9"))  # x 12 tests: 108 kills
 
 
 @pytest.fixture(autouse=True)
@@ -221,13 +222,17 @@ def test_fast_and_socket_clients_share_one_fifo(daemon, m):
     assert q.empty()
 
 
-def _killed_producer(q, step, n):
+def _killed_producer(q, step, n, batch):
     from syncmgr import _fastpath
     for i in range(n):
         q.put(i)
     _fastpath._set_queue_kill_step(step)
-    q.put(n)  # dies at the step (or, for a get step, after the put)
-    q.get()  # a get step: dies inside the get
+    if batch:
+        q.put_many([n])  # dies at the step (or, for a get step, after the put)
+        q.get_many(1)  # a get step: dies inside the get
+    else:
+        q.put(n)
+        q.get()
     os._exit(3)  # never reached
 
 
@@ -235,16 +240,19 @@ PUT_STEPS = (1, 2, 3)
 GET_STEPS = (11, 12, 13)
 
 
+@pytest.mark.parametrize("batch", [False, True], ids=["single", "batch"])
 @pytest.mark.parametrize("step", PUT_STEPS + GET_STEPS)
-def test_killed_mid_op_never_wedges_or_doubles(m, step):
+def test_killed_mid_op_never_wedges_or_doubles(m, step, batch):
     """A process SIGKILLed at a labelled step of put or get: others go on at
     once (the daemon lets go of its latch when its session ends), a put
     killed before its commit left nothing and after it the whole item, and a
     get killed before its commit left the item at the head."""
-    q = m.Queue(name=f"fpq-kill-{step}")
+    name = f"fpq-kill-{step}-{batch}"
+    q = m.Queue(name=name)
     assert _fast.active(q)
+    recovery = []
     for k in range(KILLS):
-        p = CTX.Process(target=_killed_producer, args=(q, step, 2))
+        p = CTX.Process(target=_killed_producer, args=(q, step, 2, batch))
         p.start()
         p.join(60)
         assert p.exitcode == -signal.SIGKILL, p.exitcode
@@ -260,7 +268,9 @@ def test_killed_mid_op_never_wedges_or_doubles(m, step):
             want = [0, 1, 2]  # killed before its commit: the item is still at the head
         assert got == want, (k, got)
         assert q.empty()
-        assert state(m, f"fpq-kill-{step}")["waiters"] == 0
+        assert state(m, name)["waiters"] == 0
+        recovery.append(waited)
+    print(f"step {step}: median {statistics.median(recovery) * 1e3:.1f} ms from the death to the next get_many")
 
 
 def _killed_waiter(q, ready):
@@ -415,11 +425,11 @@ def test_scalars_encoded_by_the_extension_read_the_same_everywhere(daemon, m):
         import syncmgr, os, pickle, sys
         m = syncmgr.connect(os.environ["SYNCMGR_ADDRESS"], bytes.fromhex(os.environ["SYNCMGR_AUTHKEY"]))
         q = m.Queue(name="fpq-scalars")
-        got = [q.get(timeout=30) for _ in range(%d)]
+        got = [q.get(timeout=30) for _ in range(int(os.environ["N"]))]
         for x in got:
             q.put(x)
         sys.stdout.write(pickle.dumps(got, protocol=0).decode("latin-1"))
-    """ % len(SCALARS), SYNCMGR_FASTPATH="0")
+    """, SYNCMGR_FASTPATH="0", N=str(len(SCALARS)))
     out, err = reader.communicate(timeout=60)
     assert reader.returncode == 0, err
     got = pickle.loads(out.encode("latin-1"))
