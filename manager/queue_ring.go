@@ -305,7 +305,8 @@ func (q *Queue) ringUnget(item []byte) {
 }
 
 // ringPut is put for a Queue with a ring: it retries whenever the ring
-// changes, until the deadline.
+// changes, until the deadline. A waiting putter's item counts against the
+// byte limits while it waits, as on a queue without a ring.
 func (q *Queue) ringPut(ctx context.Context, item []byte, block bool, timeout time.Duration) error {
 	if q.lim != nil && q.lim.perObject > 0 && ItemCost(item) > q.lim.perObject {
 		return q.lim.charge(0, ItemCost(item)) // the per-object limit's error
@@ -314,6 +315,16 @@ func (q *Queue) ringPut(ctx context.Context, item []byte, block bool, timeout ti
 	if timeout > 0 {
 		deadline = time.Now().Add(timeout)
 	}
+	cost, waiting := ItemCost(item), false
+	defer func() {
+		if waiting {
+			q.mu.Lock()
+			if q.dead == nil { // fail gave back everything held
+				q.uncharge(cost)
+			}
+			q.mu.Unlock()
+		}
+	}()
 	for {
 		q.mu.Lock()
 		if q.dead != nil {
@@ -322,7 +333,16 @@ func (q *Queue) ringPut(ctx context.Context, item []byte, block bool, timeout ti
 		}
 		qr := q.ring
 		seen := qr.r.Seq()
+		if waiting { // the item's own charge is made by the put, if the daemon keeps it
+			q.uncharge(cost)
+			waiting = false
+		}
 		ok, err := q.ringTryPut(item)
+		if !ok && err == nil && block && timeout != 0 {
+			if err = q.charge(cost); err == nil {
+				waiting = true
+			}
+		}
 		q.mu.Unlock()
 		if ok || err != nil {
 			return err
