@@ -174,7 +174,9 @@ func (q *Queue) ringCount() (int64, error) {
 // ringTryPut stores item if there is room; called under q.mu.
 func (q *Queue) ringTryPut(item []byte) (ok bool, err error) {
 	qr := q.ring
-	qr.r.Lock(qr.gone)
+	if !qr.r.Lock(qr.gone) {
+		return false, ErrDeleted
+	}
 	defer func() { qr.r.Unlock(ok) }()
 	n, err := q.ringCount()
 	if err != nil {
@@ -217,7 +219,9 @@ func (q *Queue) ringTryPut(item []byte) (ok bool, err error) {
 // ringTryGet removes the first item; called under q.mu.
 func (q *Queue) ringTryGet() (item []byte, ok bool, err error) {
 	qr := q.ring
-	qr.r.Lock(qr.gone)
+	if !qr.r.Lock(qr.gone) {
+		return nil, false, ErrDeleted
+	}
 	defer func() { qr.r.Unlock(ok) }()
 	if len(qr.front) > 0 {
 		item = qr.front[0]
@@ -293,10 +297,13 @@ func (q *Queue) settle() {
 	}
 }
 
-// ringUnget puts an item back at the front (the undo of a get).
+// ringUnget puts an item back at the front (the undo of a get); a removed
+// queue's ring takes nothing.
 func (q *Queue) ringUnget(item []byte) {
 	qr := q.ring
-	qr.r.Lock(qr.gone)
+	if !qr.r.Lock(qr.gone) {
+		return
+	}
 	defer qr.r.Unlock(true)
 	qr.front = append([][]byte{item}, qr.front...)
 	q.held += ItemCost(item)

@@ -2,6 +2,8 @@ package manager
 
 import (
 	"bytes"
+	"os"
+	"strings"
 	"sync"
 	"testing"
 
@@ -134,4 +136,53 @@ func TestQueueRingDaemonWaiters(t *testing.T) {
 	if len(seen) != n {
 		t.Fatalf("%d items got, want %d", len(seen), n)
 	}
+}
+
+// A deleted Queue's ring is closed and, once no goroutine uses it,
+// unmapped; its waiting socket clients get ErrDeleted, and the many rings
+// of short-lived queues do not pile up in the daemon.
+func TestQueueRingDeleted(t *testing.T) {
+	m, _ := fastManager(t)
+	ctx := testCtx(t)
+	before := ringMaps(t)
+	for i := 0; i < 200; i++ {
+		q := ringQueue(t, m, "gone", 0)
+		if err := q.Put(ctx, []byte("x"), false, 0); err != nil {
+			t.Fatal(err)
+		}
+		r := q.Ring()
+		var ch <-chan result[[]byte]
+		if i == 0 {
+			q.Get(ctx, false, 0)
+			ch = async(func() ([]byte, error) { return q.Get(ctx, true, Forever) })
+			waitWaiters(t, q, 1)
+		}
+		if !m.Delete("gone") {
+			t.Fatal("delete failed")
+		}
+		if ch != nil {
+			if r := recv(t, ch); !isErr(r.err, ErrDeleted) {
+				t.Fatalf("waiting get: %v", r.err)
+			}
+		}
+		if _, err := q.Get(ctx, false, 0); !isErr(err, ErrDeleted) {
+			t.Fatalf("get after delete: %v", err)
+		}
+		if n, b := r.Peek(); n != 0 || b != 0 || r.Flags() != statemem.RingFlagDaemon {
+			t.Fatalf("closed ring reads %d items %d bytes flags %#x", n, b, r.Flags())
+		}
+	}
+	if after := ringMaps(t); after > before {
+		t.Fatalf("%d ring mappings left after deleting every queue (%d before)", after, before)
+	}
+}
+
+// ringMaps counts this process's mappings of queue rings.
+func ringMaps(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(string(b), "syncmgr-queue")
 }

@@ -103,6 +103,12 @@ var ErrRingClosed = errors.New("statemem: queue ring closed")
 
 // Ring is the daemon's view of one queue's ring.
 type Ring struct {
+	// mu guards refs and closed: the daemon's goroutines hold a reference
+	// while they touch the mapping (enter/exit), and the last one out of a
+	// closed ring unmaps it.
+	mu      sync.Mutex
+	refs    int
+	closed  bool
 	fdmu    sync.Mutex // fd is used (passed to a client) or closed under fdmu
 	fd      int
 	mem     []byte
@@ -178,7 +184,7 @@ func (r *Ring) WithFD(fn func(fd int) error) error {
 }
 
 // Size returns the segment's size in bytes.
-func (r *Ring) Size() int64 { return int64(len(r.mem)) }
+func (r *Ring) Size() int64 { return int64(RingHeader) + int64(r.cap) }
 
 // Capacity returns the data area's size.
 func (r *Ring) Capacity() uint64 { return r.cap }
@@ -186,21 +192,62 @@ func (r *Ring) Capacity() uint64 { return r.cap }
 // Inline returns the largest item clients write into the ring.
 func (r *Ring) Inline() uint64 { return r.inline }
 
-// Close closes the ring's file after setting its daemon flag; clients'
-// maps stay valid.
+// Close retires the ring: its daemon flag is set and its sleepers woken (a
+// client that still maps it goes to the daemon, which no longer knows the
+// queue), its file is closed, and the daemon's mapping goes once no
+// goroutine uses it. Clients' maps stay valid until they unmap.
 func (r *Ring) Close() error {
-	// Anyone asleep on the ring leaves and finds the daemon flag.
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
 	atomic.StoreUint64(r.word(ringOffFlags), RingFlagDaemon)
 	atomic.AddUint64(r.word(ringOffSeq), 1)
 	WakeAll(r.word(ringOffSeq))
+	unmap := r.refs == 0
+	r.mu.Unlock()
 	r.fdmu.Lock()
 	err := unix.Close(r.fd)
 	r.fd = -1
 	r.fdmu.Unlock()
-	// The mapping stays: the daemon's goroutines may still be reading it
-	// (it is freed with the process). Its pages are the memory file's,
-	// which lives until the last client unmaps it.
+	if unmap {
+		r.unmap()
+	}
 	return err
+}
+
+// enter takes a reference on the mapping; false: the ring is closed.
+func (r *Ring) enter() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return false
+	}
+	r.refs++
+	return true
+}
+
+// exit drops a reference; the last one out of a closed ring unmaps it.
+func (r *Ring) exit() {
+	r.mu.Lock()
+	r.refs--
+	unmap := r.closed && r.refs == 0
+	r.mu.Unlock()
+	if unmap {
+		r.unmap()
+	}
+}
+
+func (r *Ring) unmap() {
+	r.mu.Lock()
+	mem := r.mem
+	r.mem = nil
+	r.mu.Unlock()
+	if mem != nil {
+		_ = unix.Munmap(mem)
+	}
 }
 
 func (r *Ring) word(off int) *uint64 { return (*uint64)(unsafe.Pointer(&r.mem[off])) }
@@ -220,6 +267,10 @@ type RingWaiter struct {
 
 // Waiters lists the slots with sleepers now (for status).
 func (r *Ring) Waiters() []RingWaiter {
+	if !r.enter() {
+		return nil
+	}
+	defer r.exit()
 	var out []RingWaiter
 	for i := uint32(1); i < RingSlots; i++ {
 		n := atomic.LoadUint32(r.slotWaiters(i))
@@ -236,18 +287,22 @@ func (r *Ring) Waiters() []RingWaiter {
 	return out
 }
 
-// Lock takes the latch for the daemon. A latch held longer than a moment
-// by a slot for which gone reports true (its session ended, or the value
-// names no session at all) is taken over: every op commits with one store,
-// so what the dead op left is consistent.
-func (r *Ring) Lock(gone func(slot uint32) bool) {
+// Lock takes the latch for the daemon; false: the ring is closed. A latch
+// held longer than a moment by a slot for which gone reports true (its
+// session ended, or the value names no session at all) is taken over:
+// every op commits with one store, so what the dead op left is consistent.
+// Every Lock that returns true is followed by one Unlock.
+func (r *Ring) Lock(gone func(slot uint32) bool) bool {
+	if !r.enter() {
+		return false
+	}
 	w := r.word(ringOffLatch)
 	start := time.Now()
 	for i := 0; ; i++ {
 		x := atomic.LoadUint64(w)
 		if x == 0 {
 			if atomic.CompareAndSwapUint64(w, 0, uint64(LatchDaemon)) {
-				return
+				return true
 			}
 			continue
 		}
@@ -257,7 +312,7 @@ func (r *Ring) Lock(gone func(slot uint32) bool) {
 		}
 		if time.Since(start) > time.Millisecond && x != uint64(LatchDaemon) && (x > uint64(MaxSlot) || gone(uint32(x))) {
 			if atomic.CompareAndSwapUint64(w, x, uint64(LatchDaemon)) {
-				return
+				return true
 			}
 		}
 		time.Sleep(50 * time.Microsecond)
@@ -274,12 +329,17 @@ func (r *Ring) Unlock(changed bool) {
 	if changed && atomic.LoadUint32((*uint32)(unsafe.Pointer(&r.mem[ringOffWaiters]))) != 0 {
 		WakeAll(r.word(ringOffSeq))
 	}
+	r.exit()
 }
 
 // ReleaseLatch lets go of the latch if slot holds it (its session ended)
 // and forgets slot's sleepers, waking everyone. It reports whether slot
 // held the latch.
 func (r *Ring) ReleaseLatch(slot uint32) bool {
+	if !r.enter() {
+		return false
+	}
+	defer r.exit()
 	held := atomic.CompareAndSwapUint64(r.word(ringOffLatch), uint64(slot), 0)
 	if slot < RingSlots {
 		mine := atomic.SwapUint32(r.slotWaiters(slot), 0)
@@ -299,6 +359,10 @@ func (r *Ring) ReleaseLatch(slot uint32) bool {
 // Waiting returns how many threads of clients sleep on the ring now, as
 // the per-slot table counts them.
 func (r *Ring) Waiting() int {
+	if !r.enter() {
+		return 0
+	}
+	defer r.exit()
 	n := 0
 	for i := uint32(0); i < RingSlots; i++ {
 		n += int(atomic.LoadUint32(r.slotWaiters(i)))
@@ -307,11 +371,23 @@ func (r *Ring) Waiting() int {
 }
 
 // Seq returns the change counter (the futex word's value).
-func (r *Ring) Seq() uint32 { return uint32(atomic.LoadUint64(r.word(ringOffSeq))) }
+func (r *Ring) Seq() uint32 {
+	if !r.enter() {
+		return 0
+	}
+	defer r.exit()
+	return r.seq()
+}
+
+func (r *Ring) seq() uint32 { return uint32(atomic.LoadUint64(r.word(ringOffSeq))) }
 
 // Sleep waits for seq to change from seen, for at most d, counting itself
 // as a waiter so that changers wake it.
 func (r *Ring) Sleep(seen uint32, d time.Duration) {
+	if !r.enter() {
+		return
+	}
+	defer r.exit()
 	wp := (*uint32)(unsafe.Pointer(&r.mem[ringOffWaiters]))
 	atomic.AddUint32(wp, 1)
 	futexWaitWord(r.word(ringOffSeq), seen, d)
@@ -324,11 +400,22 @@ func (r *Ring) TestSetWord(off int, x uint64) {
 	if off < 0 || off+8 > RingHeader || off%8 != 0 {
 		panic("statemem: bad header offset")
 	}
+	if !r.enter() {
+		return
+	}
+	defer r.exit()
 	atomic.StoreUint64(r.word(off), x)
 }
 
 // Flags returns the flags word; SetFlags writes it (under the latch).
-func (r *Ring) Flags() uint64          { return atomic.LoadUint64(r.word(ringOffFlags)) }
+// Len, Fits, Put, Get and SetFlags are for the holder of the latch only.
+func (r *Ring) Flags() uint64 {
+	if !r.enter() {
+		return RingFlagDaemon
+	}
+	defer r.exit()
+	return atomic.LoadUint64(r.word(ringOffFlags))
+}
 func (r *Ring) SetFlags(f uint64)      { atomic.StoreUint64(r.word(ringOffFlags), f) }
 func (r *Ring) tail() (uint64, uint64) { return split(atomic.LoadUint64(r.word(ringOffTail))) }
 func (r *Ring) head() (uint64, uint64) { return split(atomic.LoadUint64(r.word(ringOffHead))) }
@@ -347,8 +434,13 @@ func (r *Ring) Len() (items, bytes uint64, err error) {
 	return items, used, nil
 }
 
-// Peek returns the Len without the checks, for status (any time).
+// Peek returns the Len without the checks, for status (any time; zeros
+// once the ring is closed).
 func (r *Ring) Peek() (items, bytes uint64) {
+	if !r.enter() {
+		return 0, 0
+	}
+	defer r.exit()
 	tp, tn := r.tail()
 	hp, hn := r.head()
 	return (tn - hn) & ringCountMax, (tp - hp) & ringPosMask
