@@ -69,8 +69,10 @@ static int kill_step;
 
 static inline uint64_t pad8(uint64_t n) { return (n + 7) & ~7ULL; }
 
-/* Takes the latch. 0: taken; RES_DAEMON: the daemon is gone. A latch held
- * by a session that died is let go of by the daemon within milliseconds. */
+/* Takes the latch. 0: taken; RES_DAEMON: the daemon is gone; -1: a signal
+ * handler raised (Ctrl-C while another process holds the latch). A latch
+ * held by a session that died is let go of by the daemon within
+ * milliseconds; past the first spins the GIL is let go while we wait. */
 static int latch_take(Ring *r) {
     uint64_t *l = W64(r, R_LATCH);
     for (unsigned i = 0;; i++) {
@@ -86,7 +88,11 @@ static int latch_take(Ring *r) {
             continue;
         }
         struct timespec ts = {0, 20000};
+        Py_BEGIN_ALLOW_THREADS
         nanosleep(&ts, NULL);
+        Py_END_ALLOW_THREADS
+        if ((i & 63) == 0 && PyErr_CheckSignals() < 0)
+            return -1;
     }
 }
 
@@ -257,8 +263,9 @@ static int wait_start(Wait *wt, double timeout) {
 static int op_begin(Ring *r) {
     if (r->base == NULL || LOAD(&r->detached))
         return RES_DAEMON;
-    if (latch_take(r) != 0)
-        return RES_DAEMON;
+    int l = latch_take(r);
+    if (l != 0)
+        return l;
     if (LOAD(W64(r, R_FLAGS)) & FLAG_DAEMON) {
         latch_free(r, 0);
         return RES_DAEMON;
@@ -556,8 +563,11 @@ static PyObject *ring_put_many(Ring *r, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), done = 0;
     PyObject **items = PySequence_Fast_ITEMS(seq);
-    if (op_begin(r) != 0) {
+    int b0 = op_begin(r);
+    if (b0 != 0) {
         Py_DECREF(seq);
+        if (b0 < 0)
+            return NULL;
         Py_RETURN_NONE;
     }
     STEP(1);

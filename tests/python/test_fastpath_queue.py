@@ -438,3 +438,21 @@ def test_scalars_encoded_by_the_extension_read_the_same_everywhere(daemon, m):
     while len(back) < len(SCALARS):
         back += q.get_many(len(SCALARS), timeout=10)
     assert back == SCALARS and [type(x) for x in back] == [type(x) for x in SCALARS]
+
+
+def test_ctrl_c_while_another_process_holds_the_latch(m):
+    """A latch held by a live session (here: a scribble naming this very
+    session, which the daemon must not take over) is waited out with the
+    GIL let go, and Ctrl-C leaves the wait with nothing taken."""
+    q = m.Queue(name="fpq-latch-held")
+    q.put("kept")
+    ring = q._fast.ring
+    ring._poke(64, q._fast.fp.slot)
+    threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        q.get_nowait()
+    assert time.monotonic() - t0 >= 0.25
+    assert ring.word("latch") == q._fast.fp.slot  # never ours to take
+    ring._poke(64, 0)
+    assert q.get_nowait() == "kept"
