@@ -43,7 +43,12 @@ type queueRing struct {
 
 // QueueRingBytes is the data capacity of each Queue's ring; an item of
 // more than a quarter of it is kept by the daemon (see queueRing.ext).
-const QueueRingBytes = 1 << 20
+// MaxQueueRings bounds the rings (each holds a descriptor and its pages in
+// the daemon); later Queues keep their items in the daemon.
+const (
+	QueueRingBytes = 256 << 10
+	MaxQueueRings  = 1024
+)
 
 // bindQueue gives a new Queue (not a JoinableQueue, whose task counts stay
 // with the daemon) a ring. A failure is not an error: the queue keeps its
@@ -62,6 +67,12 @@ func (f *fastPath) bindQueue(q *Queue, perObject int64) {
 	maxsize := uint64(0)
 	if q.maxsize > 0 {
 		maxsize = uint64(q.maxsize)
+	}
+	f.mu.Lock()
+	full := len(f.queues) >= MaxQueueRings
+	f.mu.Unlock()
+	if full {
+		return
 	}
 	r, err := statemem.NewRing(QueueRingBytes, maxsize, inline)
 	if err != nil {
