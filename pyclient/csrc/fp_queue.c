@@ -189,6 +189,14 @@ static int ring_peek(Ring *r, uint64_t h, const unsigned char **data, uint64_t *
     return 0;
 }
 
+/* Takes one off a count that the daemon may have zeroed meanwhile (it
+ * forgets a session's sleepers when the session ends). */
+static void dec_floor(uint32_t *p) {
+    uint32_t x = LOAD(p);
+    while (x != 0 && !CAS(p, &x, x - 1))
+        ;
+}
+
 /* Sleeps until seq moves from seen (or the deadline, or a slice passes),
  * counted as a waiter. Results as sleep_on's: 1 again, 0 deadline, 2
  * detached, -1 exception (a signal handler raised). */
@@ -222,9 +230,9 @@ static int ring_sleep(Ring *r, uint32_t seen, Wait *wt) {
      * killed between the two leaves the total one too high (a wasted wake)
      * and never too low (a lost one). */
     if (mine)
-        __atomic_sub_fetch(mine, 1, __ATOMIC_SEQ_CST);
+        dec_floor(mine);
     STEP(21);
-    __atomic_sub_fetch(W32(r, R_WAITERS), 1, __ATOMIC_SEQ_CST);
+    dec_floor(W32(r, R_WAITERS));
     if (rc == -1 && err == EINTR && PyErr_CheckSignals() < 0)
         return -1;
     if (expired)

@@ -641,11 +641,16 @@ class _QueueHandle(_Handle):
             if r is None:
                 return
             if r is _QENCODE:
-                r = self.ring.put(_dumps(item), t)
+                data = _dumps(item)
+                r = self.ring.put(data, t)
                 if r == OK:
                     return
                 if r == BUSY:
                     raise exc.Full()
+                p = self.proxy()
+                if p is not None and p.__dict__.get("_fast") is self:  # not pickled twice
+                    p._put_encoded(data, block, timeout)  # type: ignore[attr-defined]
+                    return
             elif r is _QEMPTY:
                 raise exc.Full()
         self.slow("put", item, block, timeout)

@@ -298,7 +298,10 @@ class QueueProxy(BaseProxy):
     _kind = "queue"
 
     def put(self, item: Any, block: bool = True, timeout: Optional[float] = None) -> None:
-        data = _dumps(item)
+        self._put_encoded(_dumps(item), block, timeout)
+
+    def _put_encoded(self, data: Any, block: bool, timeout: Optional[float]) -> None:
+        """put of an item already encoded (_values.dumps)."""
         if not block:
             t: Optional[float] = 0.0
             wait: Optional[float] = 0.0
