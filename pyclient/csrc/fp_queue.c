@@ -96,11 +96,19 @@ static int latch_take(Ring *r) {
     }
 }
 
-/* Lets go of the latch; changed: bump seq and wake the sleepers. */
+/* Whether the latch is still ours: the daemon takes over the latch of a
+ * session that ended, so a process whose session ended under it (its
+ * sockets closed while it lived) must neither commit nor let go of a latch
+ * that is someone else's now. */
+static inline int latch_ours(Ring *r) { return LOAD(W64(r, R_LATCH)) == r->slot; }
+
+/* Lets go of the latch if it is still ours; changed: bump seq and wake the
+ * sleepers. */
 static void latch_free(Ring *r, int changed) {
     if (changed)
         __atomic_add_fetch(W64(r, R_SEQ), 1, __ATOMIC_SEQ_CST);
-    STORE(W64(r, R_LATCH), 0);
+    uint64_t mine = r->slot;
+    CAS(W64(r, R_LATCH), &mine, 0);
     if (changed && LOAD(W32(r, R_WAITERS)) != 0)
         futex_wake_all(W64(r, R_SEQ));
 }
@@ -299,6 +307,8 @@ static int put_core(Ring *r, const void *a, uint64_t na, const void *b, uint64_t
         if (fits == 1) {
             uint64_t t = ring_write2(r, LOAD(W64(r, R_TAIL)), a, na, b, nb);
             STEP(2);
+            if (!latch_ours(r))
+                return RES_DAEMON; /* taken over: nothing committed */
             STORE(W64(r, R_TAIL), t);
             STEP(3);
             latch_free(r, 1);
@@ -620,6 +630,10 @@ static PyObject *ring_put_many(Ring *r, PyObject *const *args, Py_ssize_t nargs)
         t = ring_write2(r, t, a, nh, b, nb);
     }
     STEP(2);
+    if (!latch_ours(r)) { /* taken over: nothing committed */
+        Py_DECREF(seq);
+        Py_RETURN_NONE;
+    }
     STORE(W64(r, R_TAIL), t);
     STEP(3);
     latch_free(r, done > 0);
@@ -652,6 +666,11 @@ static PyObject *get_core(Ring *r, double timeout, int decode, int *res) {
                 return NULL;
             }
             STEP(12);
+            if (!latch_ours(r)) { /* taken over: the item stays at the head */
+                Py_DECREF(out);
+                *res = RES_DAEMON;
+                return NULL;
+            }
             STORE(W64(r, R_HEAD), next);
             STEP(13);
             latch_free(r, 1);
@@ -749,6 +768,10 @@ static PyObject *ring_get_many(Ring *r, PyObject *const *args, Py_ssize_t nargs)
         }
         if (PyList_GET_SIZE(list) > 0) {
             STEP(12);
+            if (!latch_ours(r)) { /* taken over: the items stay */
+                Py_DECREF(list);
+                return result(RES_DAEMON);
+            }
             STORE(W64(r, R_HEAD), head); /* one commit for the batch */
             STEP(13);
             latch_free(r, 1);
