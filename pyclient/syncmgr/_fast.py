@@ -101,6 +101,8 @@ class FastPath:
         self.ok = False
         self.pid = os.getpid()
         self.client = client
+        self.ring_conn: Optional[_connection.Connection] = None  # queue_attach's connection (see _open_ring)
+        self.ring_lock = threading.Lock()
         self.handles: weakref.WeakSet[_Handle] = weakref.WeakSet()  # the handles using this mapping
         self.anchor = _connection.Connection(client.address, client._key, _connection._session_id, None)
         try:
@@ -543,35 +545,39 @@ def _attach_queue(proxy: BaseProxy) -> None:
 
 
 def _open_ring(fp: FastPath, kind: str, name: str) -> Any:
-    """Map a Queue's ring: queue_attach on a connection of this session of
-    its own, whose reply carries the ring's memory file (SCM_RIGHTS). None:
-    use the socket path."""
+    """Map a Queue's ring: queue_attach on a connection of this session kept
+    for it (not the anchor, whose reader thread owns it), whose reply
+    carries the ring's memory file (SCM_RIGHTS). None: use the socket
+    path."""
     client = fp.client
-    try:
-        conn = _connection.Connection(client.address, client._key, _connection._session_id, None)
-    except (exc.SyncMgrError, OSError):
-        return None
-    fds: list[int] = []
-    try:
-        conn.send_requests([encode_request(1, "queue_attach", {"kind": kind, "name": name})])
-        data, fds, _, _ = socket.recv_fds(conn.sock, len(conn._rbuf), 1)
-        if not data:
+    with fp.ring_lock:
+        conn = fp.ring_conn
+        if conn is None or conn.closed:
+            try:
+                conn = _connection.Connection(client.address, client._key, _connection._session_id, None)
+            except (exc.SyncMgrError, OSError):
+                return None
+            fp.ring_conn = conn
+        fds: list[int] = []
+        try:
+            conn.send_requests([encode_request(1, "queue_attach", {"kind": kind, "name": name})])
+            data, fds, _, _ = socket.recv_fds(conn.sock, len(conn._rbuf), 1)
+            if not data:
+                raise OSError("connection closed")
+            conn._rbuf[:len(data)] = data
+            conn._rstart, conn._rend = 0, len(data)
+            _, err, info = conn.recv_reply()
+            if err is not None or len(fds) != 1 or int(info["slot"]) != fp.slot:
+                return None
+            return _ext.Ring(fds[0], int(info["size"]), int(info["capacity"]),  # type: ignore[union-attr]
+                             int(info["inline"]), fp.slot)
+        except (exc.SyncMgrError, OSError, ValueError, KeyError, TypeError):
+            conn.close()  # the stream cannot be trusted: a fresh one next time
+            fp.ring_conn = None
             return None
-        conn._rbuf[:len(data)] = data
-        conn._rstart, conn._rend = 0, len(data)
-        _, err, info = conn.recv_reply()
-        if err is not None or len(fds) != 1:
-            return None
-        if int(info["slot"]) != fp.slot:
-            return None
-        return _ext.Ring(fds[0], int(info["size"]), int(info["capacity"]), int(info["inline"]),  # type: ignore[union-attr]
-                         fp.slot)
-    except (exc.SyncMgrError, OSError, ValueError, KeyError, TypeError):
-        return None
-    finally:
-        for fd in fds:
-            os.close(fd)
-        conn.close()
+        finally:
+            for fd in fds:
+                os.close(fd)
 
 
 def _queue_timeout(block: bool, timeout: Optional[float]) -> float:
