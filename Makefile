@@ -124,10 +124,12 @@ bench-smoke: build venv
 bench-targets: build venv $(VENV)/.bench-installed
 	-$(PY) -m pip install -q faster-fifo
 	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) bench/targets.py $(BENCH_ARGS)
+	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) bench/queue_targets.py
 
 # A fraction of a second per workload, to check that it runs (not its numbers).
 bench-targets-smoke: build venv
 	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) bench/targets.py --smoke
+	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) bench/queue_targets.py --smoke
 
 clean:
 	rm -rf bin $(VENV) dist pyclient/build

@@ -441,7 +441,7 @@ def run_queue(m: Any, sm: SyncManager, rounds: int, n_fast: int, n_slow: int) ->
     got: dict[str, list[float]] = {s: [] for s in systems}
     for r in range(rounds):
         for s in rotated(systems, r):
-            got[s].append(queue_once(s, m, sm, n_slow if s in (FAST, SYNCM) else n_fast))
+            got[s].append(queue_once(s, m, sm, n_slow if s == SYNCM else n_fast))
     return {"items_per_s": {s: statistics.median(v) for s, v in got.items()}, "note": note}
 
 
@@ -625,7 +625,7 @@ def sections(R: dict[str, Any], md: bool) -> list[tuple[str, str, str]]:
     if qu:
         ips = qu["items_per_s"]
         base = ips.get(SYNCM)
-        rows = [[s if s != FAST else "syncmgr (socket path; no fast path for Queue)", fmt_rate(v),
+        rows = [[s if s != FAST else "syncmgr (the queue's shared ring)", fmt_rate(v),
                  fmt_x(ratio(v, base))] for s, v in ips.items()]
         note = ("One producer process puts 8-byte items, this process gets them; items/s, median of "
                 f"{R['cfg']['rounds_queue']} interleaved rounds. *get_many* takes up to 1000 items per call.")

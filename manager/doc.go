@@ -13,6 +13,8 @@
 //	condition.go  Condition (over a Lock or RLock)
 //	barrier.go    Barrier
 //	queue.go      Queue, JoinableQueue
+//	queue_ring.go a Queue's items in a shared ring (fast path), the daemon's
+//	              items before and after it, its socket waiters' watcher
 //	containers.go dict, Namespace (a dict), list
 //
 // Where an op's undo lives (grant.go): every blocking or consuming op

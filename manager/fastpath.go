@@ -27,6 +27,9 @@ type fastPath struct {
 	attached map[Slot]*Session // sessions whose end hook is registered, until it ran
 	stop     chan struct{}     // closed by Manager.Close: ends the sweeper
 	stopped  chan struct{}     // closed when the sweeper has ended
+	queues   map[*Queue]*queueRing
+	// perObject is the byte limit per object (a ring's inline limit).
+	perObject int64
 }
 
 // slotGone reports whether the session of slot has ended (or was never
@@ -44,7 +47,8 @@ func (m *Manager) EnableFastPath(seg *statemem.Segment) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.fast = &fastPath{seg: seg, byOff: make(map[uint32]Object), refs: make(map[Object]statemem.Ref), attached: make(map[Slot]*Session),
-		stop: make(chan struct{}), stopped: make(chan struct{})}
+		stop: make(chan struct{}), stopped: make(chan struct{}),
+		perObject: m.cfg.MaxObjectBytes}
 	allocWaitTable(seg)
 	go m.sweeper(m.fast)
 }
@@ -222,6 +226,7 @@ func (m *Manager) releaseSlotWords(f *fastPath, s *Session) {
 		sem.releaseSession(s)
 	}
 	f.endWaits(s)
+	f.releaseQueueSlots(s.Slot())
 	f.mu.Lock()
 	delete(f.attached, s.Slot())
 	f.mu.Unlock()
@@ -244,6 +249,8 @@ func (m *Manager) bindFast(obj Object) {
 		f.bind(o, statemem.KindEvent, &o.mu, &o.st.W0, nil, nil)
 	case *Semaphore:
 		m.bindSemaphore(f, o)
+	case *Queue:
+		f.bindQueue(o, f.perObject)
 	case *Value:
 		if o.numeric() {
 			f.bind(o, statemem.KindValue, &o.mu, nil, &o.cell.Bits, nil)
@@ -311,6 +318,8 @@ func (m *Manager) unbindFast(obj Object) {
 		f.unbind(o, &o.mu, &o.st.W0, nil, nil)
 	case *Semaphore:
 		f.unbindSemaphore(o)
+	case *Queue:
+		f.unbindQueue(o)
 	case *Value:
 		f.unbind(o, &o.mu, nil, &o.cell.Bits, nil)
 	case *Condition:

@@ -699,6 +699,10 @@ type ObjectInfo struct {
 	// HeldFor is how long the current holder of a Lock or RLock has held
 	// it, in seconds; absent when it is free or for other kinds.
 	HeldFor float64 `msgpack:"held_for,omitempty"`
+	// Items and Bytes: a Queue's or JoinableQueue's depth (absent for
+	// other kinds).
+	Items int64 `msgpack:"items,omitempty"`
+	Bytes int64 `msgpack:"bytes,omitempty"`
 }
 
 // SessionInfo describes one session for status listings.
@@ -769,6 +773,9 @@ func (m *Manager) Snapshot(limit int) ([]ObjectInfo, []SessionInfo) {
 			if since, held := h.HeldSince(); held {
 				objs[i].HeldFor = time.Since(since).Seconds()
 			}
+		}
+		if q, ok := x.e.obj.(*Queue); ok {
+			objs[i].Items, objs[i].Bytes = q.Depth()
 		}
 	}
 	for i, s := range sessions {

@@ -21,7 +21,10 @@ type Queue struct {
 	lim        *byteLimits // nil: no byte limits
 	held       int64       // counted bytes of items and waiting putters' items
 	getters    waitQueue
-	putters    waitQueue // each carries the item it wants to put
+	putters    waitQueue          // each carries the item it wants to put
+	ring       *queueRing         // non-nil: the items are in a shared ring (queue_ring.go)
+	owed       map[*Session]int64 // joinable: items each session got and has not marked done (queue_owed.go)
+	abandoned  int64              // joinable: items marked done because their session ended
 }
 
 func newQueue(name string, maxsize int64) *Queue {
@@ -45,15 +48,16 @@ func (q *Queue) accepted() {
 
 // TaskDone marks one item got from a JoinableQueue as processed; more calls
 // than items put is ErrValue.
-func (q *Queue) TaskDone() error {
-	q.mu.Lock()
-	defer q.mu.Unlock()
+func (q *Queue) TaskDone() error { return q.TaskDoneBy(nil) }
+
+func (q *Queue) taskDoneLocked(s *Session) error {
 	if !q.joinable {
 		return fmt.Errorf("%w: task_done on a queue that is not joinable", ErrType)
 	}
 	if q.unfinished <= 0 {
 		return fmt.Errorf("%w: task_done() called too many times", ErrValue)
 	}
+	q.payDebt(s)
 	if q.unfinished--; q.unfinished == 0 {
 		for w := q.joiners.front(); w != nil; w = q.joiners.front() {
 			q.joiners.grant(w)
@@ -90,7 +94,12 @@ func (q *Queue) Unfinished() int64 {
 	return q.unfinished
 }
 
-func (q *Queue) full() bool { return q.maxsize > 0 && int64(q.items.Len()) >= q.maxsize }
+func (q *Queue) full() bool {
+	if q.ring != nil {
+		return q.maxsize > 0 && int64(q.ringLen()) >= q.maxsize
+	}
+	return q.maxsize > 0 && int64(q.items.Len()) >= q.maxsize
+}
 
 func (q *Queue) pushBack(item []byte) {
 	q.items.PushBack(item)
@@ -140,6 +149,9 @@ func (q *Queue) PutGrant(ctx context.Context, item []byte, block bool, timeout t
 }
 
 func (q *Queue) put(ctx context.Context, item []byte, block bool, timeout time.Duration) error {
+	if q.ring != nil {
+		return q.ringPut(ctx, item, block, timeout)
+	}
 	q.mu.Lock()
 	if q.dead != nil {
 		q.mu.Unlock()
@@ -212,9 +224,12 @@ func (q *Queue) GetGrant(ctx context.Context, block bool, timeout time.Duration)
 	return Grant{obj: q, item: item, ok: true}, nil
 }
 
-func (q *Queue) undo(g *Grant) { _ = q.Unget(g.item) }
+func (q *Queue) undo(g *Grant) { _ = q.UngetBy(g.item, g.sess) }
 
 func (q *Queue) get(ctx context.Context, block bool, timeout time.Duration) ([]byte, error) {
+	if q.ring != nil {
+		return q.ringGet(ctx, block, timeout)
+	}
 	q.mu.Lock()
 	if q.dead != nil {
 		q.mu.Unlock()
@@ -262,6 +277,10 @@ func (q *Queue) Unget(item []byte) error {
 	if q.dead != nil {
 		return q.dead
 	}
+	if q.ring != nil {
+		q.ringUnget(item)
+		return nil
+	}
 	if w := q.getters.front(); w != nil {
 		w.item = item
 		q.getters.grant(w)
@@ -278,6 +297,9 @@ func (q *Queue) Unget(item []byte) error {
 func (q *Queue) Len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if q.ring != nil {
+		return q.ringLen()
+	}
 	return q.items.Len()
 }
 
@@ -292,11 +314,18 @@ func (q *Queue) Full() bool {
 func (q *Queue) Describe() (string, int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if q.ring != nil {
+		return q.ringDescribe()
+	}
 	max := "unbounded"
 	if q.maxsize > 0 {
 		max = fmt.Sprintf("max %d", q.maxsize)
 	}
-	return fmt.Sprintf("%d items, %d bytes, %s", q.items.Len(), q.bytes, max), q.getters.len() + q.putters.len()
+	st := fmt.Sprintf("%d items, %d bytes, %s", q.items.Len(), q.bytes, max)
+	if q.abandoned > 0 {
+		st += fmt.Sprintf(", %d marked done when their consumer's session ended", q.abandoned)
+	}
+	return st, q.getters.len() + q.putters.len()
 }
 
 func (q *Queue) fail(err error) {
@@ -307,4 +336,7 @@ func (q *Queue) fail(err error) {
 	q.getters.failAll(err)
 	q.putters.failAll(err)
 	q.joiners.failAll(err)
+	if q.ring != nil {
+		q.ring.kick()
+	}
 }

@@ -24,6 +24,8 @@ type Snapshot struct {
 	ShmUsed     int64          // bytes reserved by segments
 	ShmLimit    int64          // cap on ShmUsed, 0 for none
 	ShmSegments int
+	QueueItems  map[string]int64 // items held by queues, by kind
+	QueueBytes  map[string]int64 // their bytes, by kind
 }
 
 // Source returns the current Snapshot; it is called once per scrape.
@@ -161,13 +163,15 @@ var (
 	descShmLimit = prometheus.NewDesc(namespace+"_shm_limit_bytes",
 		"Cap on the bytes of all shared-memory segments together (0: none).", nil, nil)
 	descShmSegs = prometheus.NewDesc(namespace+"_shm_segments", "Shared-memory segments the daemon owns.", nil, nil)
+	descQItems  = prometheus.NewDesc(namespace+"_queue_items", "Items held by queues now, by kind.", []string{"kind"}, nil)
+	descQBytes  = prometheus.NewDesc(namespace+"_queue_bytes", "Bytes of the items held by queues now, by kind.", []string{"kind"}, nil)
 )
 
 // snapshotCollector reports the Source's Snapshot at scrape time.
 type snapshotCollector Metrics
 
 func (c *snapshotCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descSessions, descObjects, descWaiters, descShmUsed, descShmLimit, descShmSegs} {
+	for _, d := range []*prometheus.Desc{descSessions, descObjects, descWaiters, descShmUsed, descShmLimit, descShmSegs, descQItems, descQBytes} {
 		ch <- d
 	}
 }
@@ -190,4 +194,10 @@ func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descShmUsed, prometheus.GaugeValue, float64(s.ShmUsed))
 	ch <- prometheus.MustNewConstMetric(descShmLimit, prometheus.GaugeValue, float64(s.ShmLimit))
 	ch <- prometheus.MustNewConstMetric(descShmSegs, prometheus.GaugeValue, float64(s.ShmSegments))
+	for kind, n := range s.QueueItems {
+		ch <- prometheus.MustNewConstMetric(descQItems, prometheus.GaugeValue, float64(n), kind)
+	}
+	for kind, n := range s.QueueBytes {
+		ch <- prometheus.MustNewConstMetric(descQBytes, prometheus.GaugeValue, float64(n), kind)
+	}
 }

@@ -6,7 +6,8 @@
 // newOpTable from one function per family, each in its own file:
 // ops_admin.go (ping, create, delete, references, cancel, status),
 // ops_sync.go (Lock, RLock, Semaphore, BoundedSemaphore, Condition, Event,
-// Barrier, Value), ops_queue.go (Queue, JoinableQueue), ops_containers.go
+// Barrier, Value), ops_queue.go (Queue, JoinableQueue; ops_queue_fast.go:
+// queue_attach, which passes a Queue's ring with SCM_RIGHTS), ops_containers.go
 // (dict, Namespace, list) and ops_shm.go (shared-memory segments). A handler
 // reads its arguments and calls the manager; a granting op returns the
 // manager's Grant with its reply. errors.go is the one place Go errors

@@ -17,16 +17,17 @@ func queueOps(t *opTable) {
 		if err != nil {
 			return nil, err
 		}
-		return nil, q.Unget(item)
+		return nil, q.UngetBy(item, c.sess)
 	}), nil)
 	t.objectOp(f, queueKinds, wire.OpQsize, withObj(func(c *conn, q *manager.Queue, a wire.Args) (any, error) { return q.Len(), nil }), nil)
 	t.objectOp(f, queueKinds, wire.OpEmpty, withObj(func(c *conn, q *manager.Queue, a wire.Args) (any, error) { return q.Len() == 0, nil }), nil)
 	t.objectOp(f, queueKinds, wire.OpFull, withObj(func(c *conn, q *manager.Queue, a wire.Args) (any, error) { return q.Full(), nil }), nil)
 
 	jq := []string{wire.KindJoinableQueue}
-	t.objectOp(f, jq, wire.OpTaskDone, withObj(func(c *conn, q *manager.Queue, a wire.Args) (any, error) { return nil, q.TaskDone() }), nil)
+	t.objectOp(f, jq, wire.OpTaskDone, withObj(func(c *conn, q *manager.Queue, a wire.Args) (any, error) { return nil, q.TaskDoneBy(c.sess) }), nil)
 	t.objectOp(f, jq, wire.OpUnfinished, withObj(func(c *conn, q *manager.Queue, a wire.Args) (any, error) { return q.Unfinished(), nil }), nil)
 	t.objectOp(f, jq, wire.OpJoin, nil, opJoin)
+	t.objectOp(f, []string{wire.KindQueue}, wire.OpQueueAttach, nil, opQueueAttach)
 }
 
 func opPut(c *conn, id uint64, a wire.Args) (any, manager.Grant, error) {
@@ -63,10 +64,12 @@ func opGet(c *conn, id uint64, a wire.Args) (any, manager.Grant, error) {
 	}
 	g, err := q.GetGrant(c.ctx, false, 0)
 	if err != manager.ErrEmpty || !block || timeout == 0 {
+		q.Owe(&g, c.sess)
 		return g.Item(), g, err
 	}
 	return nil, manager.Grant{}, c.park(id, func(ctx context.Context) (any, manager.Grant, error) {
 		g, err := q.GetGrant(ctx, true, timeout)
+		q.Owe(&g, c.sess)
 		return g.Item(), g, err
 	})
 }

@@ -318,6 +318,7 @@ func (s *Server) waiting() []Waiting {
 		out = append(out, Waiting{Session: w.Session, Kind: string(w.Kind), Name: w.Name, Op: w.Op,
 			For: max(now.Sub(w.Since).Seconds(), 0)})
 	}
+	out = s.queueWaiting(now, out)
 	sort.Slice(out, func(i, j int) bool { return out[i].For > out[j].For })
 	return out
 }

@@ -28,7 +28,14 @@
 // sync.Mutex does: a waiter that has waited StarveAfter becomes the heir,
 // for whom the next free turn is reserved.
 //
-// The layout (layout.go) is the contract with the C extension of the Python
+// A Queue's items live apart, in a Ring (ring.go): a byte ring of records
+// in a sealed anonymous memory file of its own, passed to clients with
+// SCM_RIGHTS. Every op on it holds the ring's latch and commits with one
+// store (the tail word for a put, the head word for a get), so the repair
+// of a session killed mid-op is letting go of its latch. The daemon checks
+// every position and length it reads from a ring.
+//
+// The layout (layout.go, ring.go) is the contract with the C extension of the Python
 // client (pyclient/csrc/); docs/protocol.md, section "Same-host
 // fast path", describes it for other implementations.
 package statemem

@@ -58,12 +58,10 @@ type Segment struct {
 // (SIGBUS) by truncating it, and the seals cannot be changed.
 const Seals = unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_SEAL
 
-// Create makes a segment of capacity object slots (the header included) as
-// an anonymous memory file (memfd_create): it has no name in any directory,
-// so nothing is left behind when the daemon dies, no other user can plant
-// one in its place, and clients get it only as a descriptor passed over the
-// connection that answered them (SCM_RIGHTS, see FD). It is mode 0600 and
-// sealed against shrinking and growing (Seals).
+// Create makes a segment of capacity object slots (the header included) in
+// sealed anonymous memory (sealedMemory): clients get it only as a
+// descriptor passed over the connection that answered them (SCM_RIGHTS, see
+// FD).
 func Create(capacity int) (*Segment, error) {
 	if !littleEndian {
 		return nil, ErrBigEndian
@@ -71,35 +69,9 @@ func Create(capacity int) (*Segment, error) {
 	if capacity < 2 || capacity > 1<<24 {
 		return nil, fmt.Errorf("statemem: capacity %d out of range [2, %d]", capacity, 1<<24)
 	}
-	fd, err := unix.MemfdCreate("syncmgr-state", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	fd, mem, err := sealedMemory("segment", int64(capacity)*SlotSize)
 	if err != nil {
-		return nil, fmt.Errorf("statemem: memfd_create: %w", err)
-	}
-	size := int64(capacity) * SlotSize
-	fail := func(err error) (*Segment, error) {
-		unix.Close(fd)
 		return nil, err
-	}
-	if err := unix.Fchmod(fd, 0o600); err != nil {
-		return fail(fmt.Errorf("statemem: chmod segment: %w", err))
-	}
-	if err := unix.Ftruncate(fd, size); err != nil {
-		return fail(fmt.Errorf("statemem: size segment: %w", err))
-	}
-	// Reserve the pages now: a full tmpfs then fails here, not later as a
-	// SIGBUS in whichever process touches the page first.
-	if err := unix.Fallocate(fd, 0, 0, size); err != nil && err != unix.EOPNOTSUPP {
-		return fail(fmt.Errorf("statemem: reserve segment: %w", err))
-	}
-	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, Seals); err != nil {
-		return fail(fmt.Errorf("statemem: seal segment: %w", err))
-	}
-	if err := checkFD(fd, size); err != nil {
-		return fail(err)
-	}
-	mem, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		return fail(fmt.Errorf("statemem: map segment: %w", err))
 	}
 	s := &Segment{fd: fd, owner: true, mem: mem, cap: uint32(capacity), next: 1,
 		gen: make([]uint32, capacity), kinds: make([]uint8, capacity), ledger: make([]uint32, capacity)}

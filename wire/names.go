@@ -40,6 +40,8 @@ const (
 	// The same-host fast path (family fastpath).
 	OpFastpathAttach = "fastpath_attach"
 	OpFastpathRef    = "fastpath_ref"
+	// OpQueueAttach: a Queue's ring, its descriptor passed with SCM_RIGHTS.
+	OpQueueAttach = "queue_attach"
 )
 
 // Ops of objects (each request also carries ArgKind and ArgName).

@@ -57,10 +57,15 @@ func (f metricsFlags) start(ctx context.Context, log zerolog.Logger) (*metrics.M
 func stateSource(mgr *manager.Manager, shm *shmregistry.Registry) metrics.Source {
 	return func() metrics.Snapshot {
 		objs, sess := mgr.Snapshot(0)
-		s := metrics.Snapshot{Sessions: len(sess), Objects: map[string]int{}, Waiters: map[string]int{}}
+		s := metrics.Snapshot{Sessions: len(sess), Objects: map[string]int{}, Waiters: map[string]int{},
+			QueueItems: map[string]int64{}, QueueBytes: map[string]int64{}}
 		for _, o := range objs {
 			s.Objects[string(o.Kind)]++
 			s.Waiters[string(o.Kind)] += o.Waiters
+			if o.Kind == manager.KindQueue || o.Kind == manager.KindJoinableQueue {
+				s.QueueItems[string(o.Kind)] += o.Items
+				s.QueueBytes[string(o.Kind)] += o.Bytes
+			}
 		}
 		if shm != nil {
 			s.ShmUsed, s.ShmLimit = shm.Usage()

@@ -16,6 +16,7 @@
  *   fp_lock.c         Lock and RLock
  *   fp_semaphore.c    Semaphore and BoundedSemaphore (the latch protocol)
  *   fp_event_value.c  Event and numeric Value
+ *   fp_queue.c        Queue: the Ring type (records in a shared ring)
  *   fp_module.c       the Segment and LockHandle types, the module
  *
  * CPython C API and the C library only. The GIL is released while a thread
@@ -161,6 +162,9 @@ int rlock_release_core(uint64_t *w, uint64_t slot, uint64_t tid);
 /* fp_semaphore.c */
 int sem_acquire_core(Segment *s, uint64_t *w, uint64_t slot, uint64_t tid, double timeout);
 int sem_release_core(Segment *s, uint64_t *w, uint64_t slot);
+
+/* fp_queue.c: the Ring type and the module functions of queues */
+int queue_add_types(PyObject *m);
 
 /* Segment methods, by family (the table is in fp_module.c). */
 /* fp_lock.c */

@@ -341,7 +341,7 @@ PyMODINIT_FUNC PyInit__fastpath(void) {
         PyModule_AddIntConstant(m, "DAEMON", RES_DAEMON) < 0 ||
         PyModule_AddIntConstant(m, "NOT_OWNER", RES_NOT_OWNER) < 0 ||
         PyModule_AddIntConstant(m, "SLOT_SIZE", SLOT_SIZE) < 0 ||
-        PyModule_AddIntConstant(m, "MAX_SLOT", (long)MASK_LOW) < 0) {
+        PyModule_AddIntConstant(m, "MAX_SLOT", (long)MASK_LOW) < 0 || queue_add_types(m) < 0) {
         Py_DECREF(&SegmentType);
         Py_DECREF(&HandleType);
         Py_DECREF(m);

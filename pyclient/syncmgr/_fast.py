@@ -1,6 +1,7 @@
 """The same-host fast path: Lock, RLock, Condition's lock, Semaphore,
 BoundedSemaphore, Event and numeric Value ops on state words the daemon keeps
-in shared memory.
+in shared memory, and Queue ops on a ring of records the daemon keeps in a
+memory file of its own (see _QueueHandle).
 
 A client on the daemon's host (Unix socket, same boot id) maps the daemon's
 state segment and does uncontended operations with one compare-and-swap in
@@ -44,7 +45,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import msgpack
 
-from . import _connection
+from . import _connection, _values
 from . import exceptions as exc
 from ._framing import encode_request
 
@@ -102,6 +103,8 @@ class FastPath:
         self.ok = False
         self.pid = os.getpid()
         self.client = client
+        self.ring_conn: Optional[_connection.Connection] = None  # queue_attach's connection (see _open_ring)
+        self.ring_lock = threading.Lock()
         self.handles: weakref.WeakSet[_Handle] = weakref.WeakSet()  # the handles using this mapping
         # No retry here: a refused attach is tried again later (path_for).
         self.anchor = _connection.Connection(client.address, client._key, _connection._session_id, None, retry=False)
@@ -179,6 +182,10 @@ class FastPath:
             pass
         self.ok = False
         self.seg.detach()  # sleepers leave their waits for the socket path
+        for h in list(self.handles):
+            ring = getattr(h, "ring", None)
+            if ring is not None:
+                ring.detach()
 
     def ref(self, kind: str, name: str) -> Optional[tuple[int, int]]:
         """The word offset and tag (kind | generation << 8) of an object, or
@@ -256,6 +263,9 @@ def attach(proxy: BaseProxy) -> None:
     if not enabled_by_env():
         return
     kind = proxy._kind
+    if kind == "queue":
+        _attach_queue(proxy)
+        return
     if kind == "value":
         if getattr(proxy, "_code", "O") not in _VALUE_CLASS:
             return
@@ -570,3 +580,223 @@ class _ValueHandle(_Handle):
             except (OverflowError, TypeError, ValueError):
                 pass
         return bool(self.slow("compare_and_set", expected, new))
+
+
+def _attach_queue(proxy: BaseProxy) -> None:
+    """Give a Queue proxy the ring methods when the daemon keeps its items
+    in a shared ring."""
+    fp = path_for(proxy._client)
+    if fp is None or not fp.ok:
+        return
+    ring = _open_ring(fp, proxy._kind, proxy._name)
+    if ring is not None:
+        _QueueHandle(proxy, fp, ring).install(proxy)
+
+
+def _open_ring(fp: FastPath, kind: str, name: str) -> Any:
+    """Map a Queue's ring: queue_attach on a connection of this session kept
+    for it (not the anchor, whose reader thread owns it), whose reply
+    carries the ring's memory file (SCM_RIGHTS). None: use the socket
+    path."""
+    client = fp.client
+    with fp.ring_lock:
+        conn = fp.ring_conn
+        if conn is None or conn.closed:
+            try:
+                conn = _connection.Connection(client.address, client._key, _connection._session_id, None)
+            except (exc.SyncMgrError, OSError):
+                return None
+            fp.ring_conn = conn
+        fds: list[int] = []
+        try:
+            conn.send_requests([encode_request(1, "queue_attach", {"kind": kind, "name": name})])
+            data, fds, _, _ = socket.recv_fds(conn.sock, len(conn._rbuf), 1)
+            if not data:
+                raise OSError("connection closed")
+            conn._rbuf[:len(data)] = data
+            conn._rstart, conn._rend = 0, len(data)
+            _, err, info = conn.recv_reply()
+            if err is not None or len(fds) != 1 or int(info["slot"]) != fp.slot:
+                return None
+            return _ext.Ring(fds[0], int(info["size"]), int(info["capacity"]),  # type: ignore[union-attr]
+                             int(info["inline"]), fp.slot)
+        except (exc.SyncMgrError, OSError, ValueError, KeyError, TypeError):
+            conn.close()  # the stream cannot be trusted: a fresh one next time
+            fp.ring_conn = None
+            return None
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+
+def _queue_timeout(block: bool, timeout: Optional[float]) -> float:
+    """The ring's timeout (< 0: for ever) for queue-style arguments; invalid
+    ones raise as queue.Queue does, before anything is stored."""
+    if not block:
+        return 0.0
+    if timeout is None:
+        return -1.0
+    if type(timeout) is float and 0.0 <= timeout < 1e9:
+        return timeout
+    from ._proxies import _timeout_arg  # (a cycle at import time: _proxies imports this module)
+    t = _timeout_arg(True, timeout, minus_one_forever=False)
+    return -1.0 if t is None else t
+
+
+class _QueueHandle(_Handle):
+    """A Queue's ring ops. Items are stored as the socket path stores them
+    (_values: plain data as msgpack, anything else pickled), so socket and
+    ring clients share one FIFO. Any answer DAEMON (the daemon holds items
+    outside the ring, the item is too large for it, the daemon is gone)
+    sends the op over the socket."""
+
+    methods = ("put", "get", "put_nowait", "get_nowait", "qsize", "empty", "full", "put_many", "get_many")
+
+    def __init__(self, proxy: BaseProxy, fp: FastPath, ring: Any) -> None:
+        self.ring = ring
+        self.maxsize = int(ring.maxsize)
+        super().__init__(proxy, fp, 0, 0)
+
+    def uninstall(self, proxy: BaseProxy) -> None:
+        for m in self.methods:
+            proxy.__dict__.pop(m, None)
+        proxy.__dict__.pop("_fast", None)
+
+    def move(self, old: FastPath, fp: Optional[FastPath]) -> None:
+        # A forked child maps the ring again for its own session (the
+        # slot id written in the latch must be the child's).
+        old.handles.discard(self)
+        p = self.proxy()
+        if p is None:
+            return
+        self.ring.invalidate()
+        self.uninstall(p)
+        if fp is not None and fp.ok:
+            ring = _open_ring(fp, p._kind, p._name)
+            if ring is not None:
+                _QueueHandle(p, fp, ring).install(p)
+
+    def rebind(self) -> bool:
+        super().rebind()
+        return False  # this handle is the parent's: slow() hands the call to the child's
+
+    def slow(self, method: str, *args: Any) -> Any:
+        p = self.proxy()
+        h = None if p is None else p.__dict__.get("_fast")
+        if h is not None and h is not self:  # a forked child's own handle
+            return getattr(h, method)(*args)
+        return super().slow(method, *args)
+
+    def put(self, item: Any, block: bool = True, timeout: Optional[float] = None) -> None:
+        t = -1.0 if block is True and timeout is None else _queue_timeout(block, timeout)
+        if self.fp.ok or self.usable():
+            # A plain scalar is encoded by the extension straight into the
+            # ring; anything else here (a pickle refused before any latch).
+            r = self.ring.put_item(item, t)
+            if r is None:
+                return
+            if r is _QENCODE:
+                data = _dumps(item)
+                r = self.ring.put(data, t)
+                if r == OK:
+                    return
+                if r == BUSY:
+                    raise exc.Full()
+                p = self.proxy()
+                if p is not None and p.__dict__.get("_fast") is self:  # not pickled twice
+                    p._put_encoded(data, block, timeout)  # type: ignore[attr-defined]
+                    return
+            elif r is _QEMPTY:
+                raise exc.Full()
+        self.slow("put", item, block, timeout)
+
+    def put_nowait(self, item: Any) -> None:
+        self.put(item, False)
+
+    def get(self, block: bool = True, timeout: Optional[float] = None) -> Any:
+        t = -1.0 if block is True and timeout is None else _queue_timeout(block, timeout)
+        if self.fp.ok or self.usable():
+            r = self.ring.get_item(t)
+            if type(r) is bytearray:  # not a plain scalar: Python decodes it
+                return _loads(r)
+            if r is _QEMPTY:
+                raise exc.Empty()
+            if r is not _QDAEMON:
+                return r
+        return self.slow("get", block, timeout)
+
+    def get_nowait(self) -> Any:
+        return self.get(False)
+
+    def put_many(self, items: Any, block: bool = True, timeout: Optional[float] = None) -> None:
+        """Put every item of items, in order (each put commits by itself;
+        the items the ring takes at once share one commit). Every item is
+        encoded (an unpicklable one refused) before any is stored."""
+        t = _queue_timeout(block, timeout)
+        items = list(items)
+        # Plain scalars go as they are (the extension encodes them); the
+        # rest as a bytearray of their encoding.
+        prepared = [x if type(x) in _SCALARS else bytearray(_dumps(x)) for x in items]
+        start = time.monotonic()
+        i = 0
+        while i < len(items) and (self.fp.ok or self.usable()):
+            n = self.ring.put_many(prepared[i:] if i else prepared)
+            if n is None:
+                break
+            i += n
+            if i < len(items):  # no room, too large, or not encodable there: one put, then batch again
+                left = t if t <= 0 else max(0.0, t - (time.monotonic() - start))
+                self.put(items[i], block, None if left < 0 else left)
+                i += 1
+        for x in items[i:]:
+            left_t = None if t < 0 else max(0.0, t - (time.monotonic() - start))
+            self.slow("put", x, block, left_t)
+
+    def get_many(self, max_items: int = 1 << 30, block: bool = True, timeout: Optional[float] = None) -> list[Any]:
+        """Get at least one item (waiting as get does) and then as many more
+        as are there at once, up to max_items."""
+        _check_count(max_items)
+        t = _queue_timeout(block, timeout)
+        if self.fp.ok or self.usable():
+            r = self.ring.get_many(max_items, t)
+            if type(r) is list:
+                return [_loads(x) if type(x) is bytearray else x for x in r]
+            if r == BUSY:
+                raise exc.Empty()
+        return self.slow("get_many", max_items, block, timeout)  # type: ignore[no-any-return]
+
+    def qsize(self) -> int:
+        if self.usable():
+            n = self.ring.qsize()
+            if n >= 0:
+                return int(n)
+        return int(self.slow("qsize"))
+
+    def empty(self) -> bool:
+        if self.usable():
+            n = self.ring.qsize()
+            if n >= 0:
+                return bool(n == 0)
+        return bool(self.slow("empty"))
+
+    def full(self) -> bool:
+        if self.usable():
+            n = self.ring.qsize()
+            if n >= 0:
+                return bool(0 < self.maxsize <= n)
+        return bool(self.slow("full"))
+
+
+_dumps = _values.dumps
+_loads = _values.loads
+_QENCODE = getattr(_ext, "QENCODE", None)
+_QEMPTY = getattr(_ext, "QEMPTY", None)
+_QDAEMON = getattr(_ext, "QDAEMON", None)
+_SCALARS = frozenset((type(None), bool, int, float, str, bytes))
+
+
+def _check_count(max_items: Any) -> None:
+    if isinstance(max_items, bool) or not isinstance(max_items, int):
+        raise TypeError("max_items must be an int")
+    if max_items < 1:
+        raise ValueError("max_items must be at least 1")

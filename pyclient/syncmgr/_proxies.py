@@ -298,7 +298,10 @@ class QueueProxy(BaseProxy):
     _kind = "queue"
 
     def put(self, item: Any, block: bool = True, timeout: Optional[float] = None) -> None:
-        data = _dumps(item)
+        self._put_encoded(_dumps(item), block, timeout)
+
+    def _put_encoded(self, data: Any, block: bool, timeout: Optional[float]) -> None:
+        """put of an item already encoded (_values.dumps)."""
         if not block:
             t: Optional[float] = 0.0
             wait: Optional[float] = 0.0
@@ -333,6 +336,31 @@ class QueueProxy(BaseProxy):
 
     def full(self) -> bool:
         return bool(self._call("full"))
+
+    def put_many(self, items: Any, block: bool = True, timeout: Optional[float] = None) -> None:
+        """Put every item of items, in order (faster-fifo's batch call). Every
+        item is encoded (an unpicklable one refused) before any is stored."""
+        datas = [_dumps(x) for x in items]
+        t = 0.0 if not block else _timeout_arg(True, timeout, minus_one_forever=False)
+        start = time.monotonic()
+        for d in datas:
+            left = t if t is None or t == 0 else max(0.0, t - (time.monotonic() - start))
+            self._call_blocking("put", left, blob_key="item", blob=d, block=block, timeout=left)
+
+    def get_many(self, max_items: int = 1 << 30, block: bool = True, timeout: Optional[float] = None) -> list[Any]:
+        """Get at least one item (waiting as get does), then as many more as
+        are there at once, up to max_items (faster-fifo's batch call)."""
+        if isinstance(max_items, bool) or not isinstance(max_items, int):
+            raise TypeError("max_items must be an int")
+        if max_items < 1:
+            raise ValueError("max_items must be at least 1")
+        out = [self.get(block, timeout)]
+        while len(out) < max_items:
+            try:
+                out.append(self.get(False))
+            except exc.Empty:
+                break
+        return out
 
 
 class JoinableQueueProxy(QueueProxy):

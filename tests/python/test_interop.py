@@ -14,6 +14,7 @@ import pytest
 
 import syncmgr
 from conftest import REPO
+from syncmgr import _fast
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +47,8 @@ PLAIN = [
 def test_queue_items_cross_both_ways(daemon, interop):
     m = syncmgr.connect(daemon.address, daemon.key)
     qin, qout = m.Queue(name="interop-in"), m.Queue(name="interop-out")
+    if _fast.enabled_by_env():  # Python on the queues' rings, Go through the daemon: one FIFO
+        assert _fast.active(qin) and _fast.active(qout), _fast.reasons
     values = [v for v, _ in PLAIN] + [(1, 2), {1, 2}]  # the last two are pickles: Go passes them on untouched
     for v in values:
         qin.put(v)

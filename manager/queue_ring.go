@@ -1,0 +1,534 @@
+package manager
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/syncmgr/syncmgr/statemem"
+)
+
+// A Queue on the fast path keeps its items in a ring in shared memory
+// (statemem.Ring), where same-host clients put and get by themselves; the
+// daemon serves socket clients from the same ring, under the same latch,
+// so there is one FIFO. Besides the ring the daemon may hold items of its
+// own, always at the ends of the FIFO:
+//
+//   - front: items of gets it undid (a reply nobody could receive), which
+//     go back before everything in the ring;
+//   - over: puts that found no room in the ring (an unbounded queue whose
+//     ring is full), which come after everything in it;
+//   - ext: items too large for the ring, which it names by an external
+//     record at their place in the ring.
+//
+// While front or over holds anything the ring's daemon flag sends every
+// client op to the daemon, which serves front, ring and over in order and
+// moves over's items into the ring as room appears.
+type queueRing struct {
+	name    string
+	r       *statemem.Ring
+	gone    func(uint32) bool // whether a slot's session ended (latch take-over)
+	front   [][]byte
+	over    [][]byte
+	ext     map[uint64][]byte
+	extNext uint64
+
+	wmu     sync.Mutex
+	wch     chan struct{} // closed at the next change the watcher sees
+	wn      int           // daemon waiters
+	running bool
+}
+
+// QueueRingBytes is the data capacity of each Queue's ring; an item of
+// more than a quarter of it is kept by the daemon (see queueRing.ext).
+// MaxQueueRings bounds the rings (each holds a descriptor and its pages in
+// the daemon); later Queues keep their items in the daemon.
+const (
+	QueueRingBytes = 256 << 10
+	MaxQueueRings  = 1024
+)
+
+// bindQueue gives a new Queue (not a JoinableQueue, whose task counts stay
+// with the daemon) a ring. A failure is not an error: the queue keeps its
+// items in the daemon.
+func (f *fastPath) bindQueue(q *Queue, perObject int64) {
+	if q.joinable {
+		return
+	}
+	inline := uint64(QueueRingBytes / 4)
+	if perObject > 0 && uint64(perObject-ItemOverhead) < inline {
+		if perObject <= ItemOverhead {
+			return
+		}
+		inline = uint64(perObject - ItemOverhead)
+	}
+	maxsize := uint64(0)
+	if q.maxsize > 0 {
+		maxsize = uint64(q.maxsize)
+	}
+	f.mu.Lock()
+	full := len(f.queues) >= MaxQueueRings
+	f.mu.Unlock()
+	if full {
+		return
+	}
+	r, err := statemem.NewRing(QueueRingBytes, maxsize, inline)
+	if err != nil {
+		return
+	}
+	qr := &queueRing{name: q.name, r: r, ext: make(map[uint64][]byte), wch: make(chan struct{}),
+		gone: func(s uint32) bool { return f.slotGone(Slot(s)) }}
+	q.mu.Lock()
+	q.ring = qr
+	q.mu.Unlock()
+	f.mu.Lock()
+	if f.queues == nil {
+		f.queues = make(map[*Queue]*queueRing)
+	}
+	f.queues[q] = qr
+	f.mu.Unlock()
+}
+
+// unbindQueue closes a removed Queue's ring (clients' maps stay valid and
+// find its daemon flag set).
+func (f *fastPath) unbindQueue(q *Queue) {
+	f.mu.Lock()
+	qr := f.queues[q]
+	delete(f.queues, q)
+	f.mu.Unlock()
+	if qr != nil {
+		_ = qr.r.Close()
+	}
+}
+
+// Ring returns the Queue's ring, or nil when its items are in the daemon.
+func (q *Queue) Ring() *statemem.Ring {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.ring == nil || q.dead != nil {
+		return nil
+	}
+	return q.ring.r
+}
+
+// QueueWaiting is a fast-path client's thread asleep on a Queue's ring.
+type QueueWaiting struct {
+	Session uint64
+	Name    string
+	Op      string    // "get" or "put" ("" unknown)
+	Since   time.Time // zero: unknown
+	Count   int       // threads of that session waiting so
+}
+
+// QueueWaiting lists the sessions asleep on Queue rings now, for status.
+func (m *Manager) QueueWaiting() []QueueWaiting {
+	m.mu.RLock()
+	f := m.fast
+	m.mu.RUnlock()
+	if f == nil {
+		return nil
+	}
+	f.mu.Lock()
+	rings := make([]*queueRing, 0, len(f.queues))
+	for _, qr := range f.queues {
+		rings = append(rings, qr)
+	}
+	f.mu.Unlock()
+	var out []QueueWaiting
+	for _, qr := range rings {
+		for _, w := range qr.r.Waiters() {
+			f.mu.Lock()
+			s := f.attached[Slot(w.Slot)]
+			f.mu.Unlock()
+			if s == nil {
+				continue
+			}
+			op := map[uint32]string{statemem.RingWaitGet: "get", statemem.RingWaitPut: "put"}[w.Op]
+			out = append(out, QueueWaiting{Session: s.ID, Name: qr.name, Op: op, Since: w.Since, Count: w.Count})
+		}
+	}
+	return out
+}
+
+// releaseQueueSlots lets go of the latch and the waiter counts of a
+// session that ended, on every ring. It takes no lock the daemon's ops hold
+// while they wait for a latch.
+func (f *fastPath) releaseQueueSlots(slot Slot) {
+	f.mu.Lock()
+	rings := make([]*queueRing, 0, len(f.queues))
+	for _, qr := range f.queues {
+		rings = append(rings, qr)
+	}
+	f.mu.Unlock()
+	for _, qr := range rings {
+		qr.r.ReleaseLatch(uint32(slot))
+	}
+}
+
+// corrupt stops using a scribbled ring: the queue fails with an error.
+// Called under q.mu with the latch held.
+func (q *Queue) corrupt(err error) error {
+	e := fmt.Errorf("queue %q: %w; the queue is unusable", q.name, err)
+	q.dead = e
+	q.ring.r.SetFlags(statemem.RingFlagDaemon)
+	return e
+}
+
+// ringCount is every item the queue holds (under q.mu and the latch).
+func (q *Queue) ringCount() (int64, error) {
+	n, _, err := q.ring.r.Len()
+	return int64(n) + int64(len(q.ring.front)+len(q.ring.over)), err
+}
+
+// ringTryPut stores item if there is room; called under q.mu.
+func (q *Queue) ringTryPut(item []byte) (ok bool, err error) {
+	qr := q.ring
+	if !qr.r.Lock(qr.gone) {
+		return false, ErrDeleted
+	}
+	defer func() { qr.r.Unlock(ok) }()
+	n, err := q.ringCount()
+	if err != nil {
+		return false, q.corrupt(err)
+	}
+	if q.maxsize > 0 && n >= q.maxsize {
+		return false, nil
+	}
+	if len(qr.over) == 0 && uint64(len(item)) <= qr.r.Inline() {
+		ok, err := qr.r.Fits(uint64(len(item)))
+		if err != nil {
+			return false, q.corrupt(err)
+		}
+		if ok {
+			qr.r.Put(statemem.RecItem, item)
+			q.accepted()
+			return true, nil
+		}
+	}
+	if err := q.charge(ItemCost(item)); err != nil {
+		return false, err
+	}
+	if len(qr.over) == 0 {
+		if ok, _ := qr.r.Fits(8); ok {
+			qr.extNext++
+			var id [8]byte
+			binary.LittleEndian.PutUint64(id[:], qr.extNext)
+			qr.ext[qr.extNext] = item
+			qr.r.Put(statemem.RecExternal, id[:])
+			q.accepted()
+			return true, nil
+		}
+	}
+	qr.over = append(qr.over, item)
+	qr.r.SetFlags(statemem.RingFlagDaemon)
+	q.accepted()
+	return true, nil
+}
+
+// ringTryGet removes the first item; called under q.mu.
+func (q *Queue) ringTryGet() (item []byte, ok bool, err error) {
+	qr := q.ring
+	if !qr.r.Lock(qr.gone) {
+		return nil, false, ErrDeleted
+	}
+	defer func() { qr.r.Unlock(ok) }()
+	if len(qr.front) > 0 {
+		item = qr.front[0]
+		qr.front = qr.front[1:]
+		q.uncharge(ItemCost(item))
+	} else {
+		kind, p, got, err := qr.r.Get()
+		switch {
+		case err != nil:
+			return nil, false, q.corrupt(err)
+		case got:
+			if item = q.fromRecord(kind, p); item == nil {
+				return nil, false, q.corrupt(fmt.Errorf("unknown external item"))
+			}
+			if kind == statemem.RecExternal {
+				q.uncharge(ItemCost(item))
+			}
+		case len(qr.over) > 0:
+			item = qr.over[0]
+			qr.over = qr.over[1:]
+			q.uncharge(ItemCost(item))
+		default:
+			return nil, false, nil
+		}
+	}
+	q.settle()
+	return item, true, nil
+}
+
+// fromRecord is a record's item (nil: an external id the daemon does not
+// know). An external item leaves ext (its charge is the caller's).
+func (q *Queue) fromRecord(kind uint32, p []byte) []byte {
+	if kind != statemem.RecExternal {
+		return p
+	}
+	id := binary.LittleEndian.Uint64(p)
+	item, ok := q.ring.ext[id]
+	if !ok {
+		return nil
+	}
+	delete(q.ring.ext, id)
+	return item
+}
+
+// settle moves over's items into the ring while they fit and clears the
+// daemon flag when the daemon holds nothing outside it (latch held).
+func (q *Queue) settle() {
+	qr := q.ring
+	for len(qr.front) == 0 && len(qr.over) > 0 {
+		item := qr.over[0]
+		if uint64(len(item)) <= qr.r.Inline() {
+			if ok, _ := qr.r.Fits(uint64(len(item))); !ok {
+				break
+			}
+			qr.r.Put(statemem.RecItem, item)
+			q.uncharge(ItemCost(item))
+		} else {
+			if ok, _ := qr.r.Fits(8); !ok {
+				break
+			}
+			qr.extNext++
+			var id [8]byte
+			binary.LittleEndian.PutUint64(id[:], qr.extNext)
+			qr.ext[qr.extNext] = item
+			qr.r.Put(statemem.RecExternal, id[:])
+		}
+		qr.over = qr.over[1:]
+	}
+	if len(qr.front) == 0 && len(qr.over) == 0 {
+		qr.r.SetFlags(0)
+	} else {
+		qr.r.SetFlags(statemem.RingFlagDaemon)
+	}
+}
+
+// ringUnget puts an item back at the front (the undo of a get); a removed
+// queue's ring takes nothing.
+func (q *Queue) ringUnget(item []byte) {
+	qr := q.ring
+	if !qr.r.Lock(qr.gone) {
+		return
+	}
+	defer qr.r.Unlock(true)
+	qr.front = append([][]byte{item}, qr.front...)
+	q.held += ItemCost(item)
+	q.lim.force(ItemCost(item))
+	qr.r.SetFlags(statemem.RingFlagDaemon)
+}
+
+// ringPut is put for a Queue with a ring: it retries whenever the ring
+// changes, until the deadline. A waiting putter's item counts against the
+// byte limits while it waits, as on a queue without a ring.
+func (q *Queue) ringPut(ctx context.Context, item []byte, block bool, timeout time.Duration) error {
+	if q.lim != nil && q.lim.perObject > 0 && ItemCost(item) > q.lim.perObject {
+		return q.lim.charge(0, ItemCost(item)) // the per-object limit's error
+	}
+	var deadline time.Time
+	if timeout > 0 {
+		deadline = time.Now().Add(timeout)
+	}
+	cost, waiting := ItemCost(item), false
+	defer func() {
+		if waiting {
+			q.mu.Lock()
+			if q.dead == nil { // fail gave back everything held
+				q.uncharge(cost)
+			}
+			q.mu.Unlock()
+		}
+	}()
+	for {
+		q.mu.Lock()
+		if q.dead != nil {
+			q.mu.Unlock()
+			return q.dead
+		}
+		qr := q.ring
+		seen := qr.r.Seq()
+		if waiting { // the item's own charge is made by the put, if the daemon keeps it
+			q.uncharge(cost)
+			waiting = false
+		}
+		ok, err := q.ringTryPut(item)
+		if !ok && err == nil && block && timeout != 0 {
+			if err = q.charge(cost); err == nil {
+				waiting = true
+			}
+		}
+		q.mu.Unlock()
+		if ok || err != nil {
+			return err
+		}
+		if !block || timeout == 0 {
+			return ErrFull
+		}
+		if err := qr.wait(ctx, seen, deadline); err != nil {
+			if err == errTimeout {
+				return ErrFull
+			}
+			return err
+		}
+	}
+}
+
+// ringGet is get for a Queue with a ring.
+func (q *Queue) ringGet(ctx context.Context, block bool, timeout time.Duration) ([]byte, error) {
+	var deadline time.Time
+	if timeout > 0 {
+		deadline = time.Now().Add(timeout)
+	}
+	for {
+		q.mu.Lock()
+		if q.dead != nil {
+			q.mu.Unlock()
+			return nil, q.dead
+		}
+		qr := q.ring
+		seen := qr.r.Seq()
+		item, ok, err := q.ringTryGet()
+		q.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return item, nil
+		}
+		if !block || timeout == 0 {
+			return nil, ErrEmpty
+		}
+		if err := qr.wait(ctx, seen, deadline); err != nil {
+			if err == errTimeout {
+				return nil, ErrEmpty
+			}
+			return nil, err
+		}
+	}
+}
+
+type timeoutError struct{}
+
+func (timeoutError) Error() string { return "timeout" }
+
+var errTimeout error = timeoutError{}
+
+// wait returns when the ring's seq moves from seen (or may have: spurious
+// returns are fine, callers retry), at the deadline (errTimeout; zero: none)
+// or when ctx ends. One watcher goroutine per ring sleeps on the futex for
+// all the daemon's waiters.
+func (qr *queueRing) wait(ctx context.Context, seen uint32, deadline time.Time) error {
+	qr.wmu.Lock()
+	ch := qr.wch
+	qr.wn++
+	if !qr.running {
+		qr.running = true
+		go qr.watch(seen)
+	}
+	qr.wmu.Unlock()
+	defer func() {
+		qr.wmu.Lock()
+		qr.wn--
+		qr.wmu.Unlock()
+	}()
+	if qr.r.Seq() != seen {
+		return nil
+	}
+	var tc <-chan time.Time
+	if !deadline.IsZero() {
+		d := time.Until(deadline)
+		if d <= 0 {
+			return errTimeout
+		}
+		t := time.NewTimer(d)
+		defer t.Stop()
+		tc = t.C
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-tc:
+		return errTimeout
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// kick wakes the daemon's waiters (the queue failed).
+func (qr *queueRing) kick() {
+	qr.wmu.Lock()
+	close(qr.wch)
+	qr.wch = make(chan struct{})
+	qr.wmu.Unlock()
+}
+
+// watch sleeps on the ring's seq while the daemon has waiters and wakes
+// them at every change (and every 20 ms, a bound on anything missed).
+func (qr *queueRing) watch(last uint32) {
+	for {
+		cur := qr.r.Seq()
+		if cur == last {
+			qr.r.Sleep(cur, 20*time.Millisecond)
+			cur = qr.r.Seq()
+		}
+		last = cur
+		qr.wmu.Lock()
+		close(qr.wch)
+		qr.wch = make(chan struct{})
+		if qr.wn == 0 {
+			qr.running = false
+			qr.wmu.Unlock()
+			return
+		}
+		qr.wmu.Unlock()
+	}
+}
+
+// Depth returns the items a Queue holds and their bytes (a ring's record
+// bytes, with headers and padding, for the items in it).
+func (q *Queue) Depth() (items, bytes int64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.ring == nil {
+		return int64(q.items.Len()), q.bytes
+	}
+	return q.ringDepth()
+}
+
+func (q *Queue) ringDepth() (items, bytes int64) {
+	n, b := q.ring.r.Peek()
+	items, bytes = int64(n)+int64(len(q.ring.front)+len(q.ring.over)), int64(b)
+	for _, x := range q.ring.front {
+		bytes += int64(len(x))
+	}
+	for _, x := range q.ring.over {
+		bytes += int64(len(x))
+	}
+	for _, x := range q.ring.ext {
+		bytes += int64(len(x))
+	}
+	return items, bytes
+}
+
+// ringLen is Len for a Queue with a ring (under q.mu).
+func (q *Queue) ringLen() int {
+	n, _ := q.ring.r.Peek()
+	return int(n) + len(q.ring.front) + len(q.ring.over)
+}
+
+// ringDescribe is the status line of a Queue with a ring (under q.mu).
+func (q *Queue) ringDescribe() (string, int) {
+	items, bytes := q.ringDepth()
+	max := "unbounded"
+	if q.maxsize > 0 {
+		max = fmt.Sprintf("max %d", q.maxsize)
+	}
+	q.ring.wmu.Lock()
+	dw := q.ring.wn
+	q.ring.wmu.Unlock()
+	return fmt.Sprintf("%d items, %d bytes, %s, shared ring", items, bytes, max), dw + q.ring.r.Waiting()
+}

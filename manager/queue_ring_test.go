@@ -1,0 +1,188 @@
+package manager
+
+import (
+	"bytes"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/syncmgr/syncmgr/statemem"
+)
+
+// The Queue semantics with the items in a shared ring.
+func TestQueueRing(t *testing.T) {
+	m, _ := fastManager(t)
+	testQueue(t, m, true)
+}
+
+func ringQueue(t *testing.T, m *Manager, name string, maxsize int64) *Queue {
+	t.Helper()
+	q := create[*Queue](t, m, newSession(t, m), KindQueue, name, Params{MaxSize: maxsize})
+	if q.Ring() == nil {
+		t.Fatal("the queue has no ring")
+	}
+	return q
+}
+
+// Items too large for the ring (kept by the daemon, named by external
+// records), items that find the ring full (kept after it, the daemon flag
+// set) and ungot items (kept before it) all stay in one FIFO with the
+// ring's items, and the flag is cleared once the daemon holds nothing.
+func TestQueueRingOverflowKeepsOrder(t *testing.T) {
+	m, _ := fastManager(t)
+	q := ringQueue(t, m, "over", 0)
+	ctx := testCtx(t)
+	big := bytes.Repeat([]byte("B"), QueueRingBytes/2)
+	var want [][]byte
+	for i := 0; i < 3000; i++ { // ~3000 * 1 KiB: three rings' worth
+		it := bytes.Repeat([]byte{byte(i)}, 1000)
+		if i%500 == 7 {
+			it = append([]byte(nil), big...)
+			it[0] = byte(i)
+		}
+		if err := q.Put(ctx, it, false, 0); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, it)
+	}
+	if q.Ring().Flags()&statemem.RingFlagDaemon == 0 {
+		t.Fatal("puts past the ring's room did not set the daemon flag")
+	}
+	if err := q.Unget([]byte("front")); err != nil {
+		t.Fatal(err)
+	}
+	want = append([][]byte{[]byte("front")}, want...)
+	if q.Len() != len(want) {
+		t.Fatalf("len %d, want %d", q.Len(), len(want))
+	}
+	for i, w := range want {
+		got, err := q.Get(ctx, false, 0)
+		if err != nil || !bytes.Equal(got, w) {
+			t.Fatalf("item %d: %d bytes %v, want %d bytes", i, len(got), err, len(w))
+		}
+	}
+	if _, err := q.Get(ctx, false, 0); err != ErrEmpty {
+		t.Fatalf("after the last item: %v", err)
+	}
+	if f := q.Ring().Flags(); f != 0 {
+		t.Fatalf("flags %#x after the daemon's items were all got", f)
+	}
+	if m.UsedBytes() != 0 {
+		t.Fatalf("%d bytes still counted", m.UsedBytes())
+	}
+}
+
+// A latch left by a session that ended is taken over; a ring whose words
+// were scribbled on fails the queue with an error, and nothing panics.
+func TestQueueRingLatchAndCorruption(t *testing.T) {
+	m, _ := fastManager(t)
+	q := ringQueue(t, m, "scribbled", 0)
+	ctx := testCtx(t)
+	r := q.Ring()
+	r.TestSetWord(statemem.RingOffLatch, 77) // no session has slot 77
+	if err := q.Put(ctx, []byte("x"), false, 0); err != nil {
+		t.Fatalf("put after a dead latch: %v", err)
+	}
+	r.TestSetWord(statemem.RingOffTail, 1<<39+3)
+	if _, err := q.Get(ctx, false, 0); err == nil {
+		t.Fatal("a get from a scribbled ring did not fail")
+	}
+	if err := q.Put(ctx, []byte("x"), false, 0); err == nil {
+		t.Fatal("the failed queue took a put")
+	}
+	if q.Ring() != nil {
+		t.Fatal("a failed queue still offers its ring")
+	}
+}
+
+// Socket getters and putters waiting on a ring are woken by each other's
+// changes (the watcher), with no item lost or doubled.
+func TestQueueRingDaemonWaiters(t *testing.T) {
+	m, _ := fastManager(t)
+	q := ringQueue(t, m, "waiters", 4)
+	ctx := testCtx(t)
+	const n = 2000
+	var wg sync.WaitGroup
+	got := make(chan []byte, n)
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < n/4; i++ {
+				it, err := q.Get(ctx, true, Forever)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				got <- it
+			}
+		}()
+	}
+	for i := 0; i < n; i++ {
+		if err := q.Put(ctx, item(i), true, Forever); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+	close(got)
+	seen := map[string]bool{}
+	for it := range got {
+		if seen[string(it)] {
+			t.Fatalf("%q got twice", it)
+		}
+		seen[string(it)] = true
+	}
+	if len(seen) != n {
+		t.Fatalf("%d items got, want %d", len(seen), n)
+	}
+}
+
+// A deleted Queue's ring is closed and, once no goroutine uses it,
+// unmapped; its waiting socket clients get ErrDeleted, and the many rings
+// of short-lived queues do not pile up in the daemon.
+func TestQueueRingDeleted(t *testing.T) {
+	m, _ := fastManager(t)
+	ctx := testCtx(t)
+	before := ringMaps(t)
+	for i := 0; i < 200; i++ {
+		q := ringQueue(t, m, "gone", 0)
+		if err := q.Put(ctx, []byte("x"), false, 0); err != nil {
+			t.Fatal(err)
+		}
+		r := q.Ring()
+		var ch <-chan result[[]byte]
+		if i == 0 {
+			q.Get(ctx, false, 0)
+			ch = async(func() ([]byte, error) { return q.Get(ctx, true, Forever) })
+			waitWaiters(t, q, 1)
+		}
+		if !m.Delete("gone") {
+			t.Fatal("delete failed")
+		}
+		if ch != nil {
+			if r := recv(t, ch); !isErr(r.err, ErrDeleted) {
+				t.Fatalf("waiting get: %v", r.err)
+			}
+		}
+		if _, err := q.Get(ctx, false, 0); !isErr(err, ErrDeleted) {
+			t.Fatalf("get after delete: %v", err)
+		}
+		if n, b := r.Peek(); n != 0 || b != 0 || r.Flags() != statemem.RingFlagDaemon {
+			t.Fatalf("closed ring reads %d items %d bytes flags %#x", n, b, r.Flags())
+		}
+	}
+	if after := ringMaps(t); after > before {
+		t.Fatalf("%d ring mappings left after deleting every queue (%d before)", after, before)
+	}
+}
+
+// ringMaps counts this process's mappings of queue rings.
+func ringMaps(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(string(b), "syncmgr-queue")
+}

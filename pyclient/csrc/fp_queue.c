@@ -1,0 +1,991 @@
+/* syncmgr._fastpath: Queue: the Ring type, a queue's records in the
+ * daemon's shared ring (layout: statemem/ring.go, which this file must
+ * match).
+ *
+ * Every op holds the ring's latch (our session slot id in one word) while
+ * it reads or writes the ring, and commits with one store: a put stores
+ * the tail word once its record is complete, a get stores the head word
+ * once it has copied the record out. A process killed anywhere in an op
+ * leaves either nothing done or the op done; the daemon lets go of a dead
+ * session's latch. Nothing read from the ring is trusted: every position
+ * and length is checked against the capacity we were given, and anything
+ * impossible answers DAEMON (the daemon finds the damage and fails the
+ * queue with an error). */
+#include "fastpath.h"
+
+#include <sched.h>
+#include <signal.h>
+
+#define RING_MAGIC 0x5152474d434e5953ULL /* "SYNCMGRQ" */
+#define RING_VERSION 1u
+#define RING_SLOTS 1024u
+#define RING_HEADER (128u + 16u * RING_SLOTS)
+#define WAIT_GET 1u
+#define WAIT_PUT 2u
+#define R_CAP 16u
+#define R_INLINE 32u
+#define R_LATCH 64u
+#define R_FLAGS 72u
+#define R_TAIL 80u
+#define R_HEAD 88u
+#define R_SEQ 96u
+#define R_WAITERS 104u
+#define R_SLOTS 128u
+#define FLAG_DAEMON 1ULL
+#define REC_ITEM 1u
+#define REC_EXTERNAL 2u
+#define REC_PAD 3u
+#define POS_BITS 40
+#define POS_MASK ((1ULL << POS_BITS) - 1)
+#define COUNT_MASK ((1ULL << 24) - 1)
+#define REC_HEADER 8u
+/* A sleep is at most this long between looks at the detached flag. */
+#define SLEEP_SLICE 1.0
+
+/* The result of an op that found the queue full (put) or empty (get). */
+#define RES_NONE RES_BUSY
+
+typedef struct {
+    PyObject_HEAD
+    unsigned char *base;
+    size_t size;
+    uint64_t cap;     /* from the daemon's reply, not from the ring */
+    uint64_t inline_max;
+    uint64_t maxsize; /* the ring header's: only bounds our own puts */
+    uint64_t slot;
+    int detached;
+} Ring;
+
+/* Test hook: the process kills itself at this labelled step (0: never). */
+static int kill_step;
+#define STEP(n)                      \
+    do {                             \
+        if (kill_step == (n))        \
+            raise(SIGKILL);          \
+    } while (0)
+
+#define W64(r, off) ((uint64_t *)((r)->base + (off)))
+#define W32(r, off) ((uint32_t *)((r)->base + (off)))
+
+static inline uint64_t pad8(uint64_t n) { return (n + 7) & ~7ULL; }
+
+/* Takes the latch. 0: taken; RES_DAEMON: the daemon is gone; -1: a signal
+ * handler raised (Ctrl-C while another process holds the latch). A latch
+ * held by a session that died is let go of by the daemon within
+ * milliseconds; past the first spins the GIL is let go while we wait. */
+static int latch_take(Ring *r) {
+    uint64_t *l = W64(r, R_LATCH);
+    for (unsigned i = 0;; i++) {
+        uint64_t x = 0;
+        if (LOAD(l) == 0 && CAS(l, &x, r->slot))
+            return 0;
+        if (LOAD(&r->detached))
+            return RES_DAEMON;
+        if (i < 64)
+            continue;
+        if (i < 128) {
+            sched_yield();
+            continue;
+        }
+        struct timespec ts = {0, 20000};
+        Py_BEGIN_ALLOW_THREADS
+        nanosleep(&ts, NULL);
+        Py_END_ALLOW_THREADS
+        if ((i & 63) == 0 && PyErr_CheckSignals() < 0)
+            return -1;
+    }
+}
+
+/* Whether the latch is still ours: the daemon takes over the latch of a
+ * session that ended, so a process whose session ended under it (its
+ * sockets closed while it lived) must neither commit nor let go of a latch
+ * that is someone else's now. */
+static inline int latch_ours(Ring *r) { return LOAD(W64(r, R_LATCH)) == r->slot; }
+
+/* Lets go of the latch if it is still ours; changed: bump seq and wake the
+ * sleepers. */
+static void latch_free(Ring *r, int changed) {
+    if (changed)
+        __atomic_add_fetch(W64(r, R_SEQ), 1, __ATOMIC_SEQ_CST);
+    uint64_t mine = r->slot;
+    CAS(W64(r, R_LATCH), &mine, 0);
+    if (changed && LOAD(W32(r, R_WAITERS)) != 0)
+        futex_wake_all(W64(r, R_SEQ));
+}
+
+/* items and used bytes, checked; -1 when impossible (under the latch). */
+static int ring_len(Ring *r, uint64_t *items, uint64_t *used) {
+    uint64_t t = LOAD(W64(r, R_TAIL)), h = LOAD(W64(r, R_HEAD));
+    uint64_t tp = t & POS_MASK, hp = h & POS_MASK;
+    *used = (tp - hp) & POS_MASK;
+    *items = ((t >> POS_BITS) - (h >> POS_BITS)) & COUNT_MASK;
+    if (*used > r->cap || *items > *used / REC_HEADER || tp % REC_HEADER || hp % REC_HEADER)
+        return -1;
+    return 0;
+}
+
+/* 1: a record of n payload bytes fits; 0: the queue is at its maxsize;
+ * 2: no room left in the ring (the daemon keeps what comes next); -1:
+ * corrupt (latch held). */
+static int ring_fits(Ring *r, uint64_t n) {
+    uint64_t items, used;
+    if (ring_len(r, &items, &used) < 0)
+        return -1;
+    if (r->maxsize && items >= r->maxsize)
+        return 0;
+    uint64_t idx = (LOAD(W64(r, R_TAIL)) & POS_MASK) & (r->cap - 1);
+    uint64_t need = REC_HEADER + pad8(n);
+    if (idx + need > r->cap)
+        need += r->cap - idx;
+    return used + need <= r->cap ? 1 : 2;
+}
+
+static void rec_header(Ring *r, uint64_t idx, uint32_t n, uint32_t kind) {
+    uint32_t *p = (uint32_t *)(r->base + RING_HEADER + idx);
+    p[0] = n;
+    p[1] = kind;
+}
+
+/* Writes one record (it fits) and returns the tail word to commit; the
+ * caller stores it (one store commits every record written before it). */
+static uint64_t ring_write2(Ring *r, uint64_t tail, const void *a, uint64_t na, const void *b, uint64_t nb) {
+    uint64_t n = na + nb, tp = tail & POS_MASK, tn = tail >> POS_BITS;
+    uint64_t idx = tp & (r->cap - 1), need = REC_HEADER + pad8(n), adv = need;
+    if (idx + need > r->cap) {
+        rec_header(r, idx, 0, REC_PAD);
+        adv += r->cap - idx;
+        idx = 0;
+    }
+    rec_header(r, idx, (uint32_t)n, REC_ITEM);
+    unsigned char *dst = r->base + RING_HEADER + idx + REC_HEADER;
+    memcpy(dst, a, na);
+    if (nb)
+        memcpy(dst + na, b, nb);
+    return ((tp + adv) & POS_MASK) | (((tn + 1) & COUNT_MASK) << POS_BITS);
+}
+
+static uint64_t ring_write(Ring *r, uint64_t tail, const void *data, uint64_t n) {
+    return ring_write2(r, tail, data, n, NULL, 0);
+}
+
+/* Reads the head record: its payload and the head word after it. 0: an
+ * item; RES_DAEMON: an external record (the daemon keeps that item) or a
+ * corrupt ring; RES_NONE: empty. */
+static int ring_peek(Ring *r, uint64_t h, const unsigned char **data, uint64_t *n, uint64_t *next) {
+    uint64_t t = LOAD(W64(r, R_TAIL)), tp = t & POS_MASK, hp = h & POS_MASK, hn = h >> POS_BITS;
+    uint64_t used = (tp - hp) & POS_MASK, items = ((t >> POS_BITS) - hn) & COUNT_MASK;
+    if (used > r->cap || items > used / REC_HEADER || tp % REC_HEADER || hp % REC_HEADER)
+        return RES_DAEMON;
+    if (items == 0)
+        return RES_NONE;
+    uint64_t idx = hp & (r->cap - 1), adv = 0;
+    uint32_t *p = (uint32_t *)(r->base + RING_HEADER + idx);
+    if (p[1] == REC_PAD) {
+        adv = r->cap - idx;
+        idx = 0;
+        p = (uint32_t *)(r->base + RING_HEADER);
+    }
+    uint32_t len = p[0], kind = p[1];
+    if (kind != REC_ITEM || (uint64_t)len > r->cap - idx - REC_HEADER)
+        return RES_DAEMON; /* external (the daemon's), or damage the daemon will report */
+    adv += REC_HEADER + pad8(len);
+    if (adv > used)
+        return RES_DAEMON;
+    *data = (const unsigned char *)p + REC_HEADER;
+    *n = len;
+    *next = ((hp + adv) & POS_MASK) | (((hn + 1) & COUNT_MASK) << POS_BITS);
+    return 0;
+}
+
+/* Takes one off a count that the daemon may have zeroed meanwhile (it
+ * forgets a session's sleepers when the session ends). */
+static void dec_floor(uint32_t *p) {
+    uint32_t x = LOAD(p);
+    while (x != 0 && !CAS(p, &x, x - 1))
+        ;
+}
+
+/* Sleeps until seq moves from seen (or the deadline, or a slice passes),
+ * counted as a waiter. Results as sleep_on's: 1 again, 0 deadline, 2
+ * detached, -1 exception (a signal handler raised). */
+static int ring_sleep(Ring *r, uint32_t seen, Wait *wt) {
+    double slice = SLEEP_SLICE;
+    int expired = 0;
+    if (!wt->forever) {
+        double left = wt->deadline - now_monotonic();
+        if (left <= 0)
+            expired = 1;
+        else if (left < slice)
+            slice = left;
+    }
+    struct timespec ts;
+    ts.tv_sec = (time_t)slice;
+    ts.tv_nsec = (long)((slice - (double)ts.tv_sec) * 1e9);
+    long rc;
+    int err;
+    uint32_t *mine = r->slot < RING_SLOTS ? W32(r, R_SLOTS + 16 * r->slot) : NULL;
+    if (expired) {
+        rc = 0;
+        err = 0;
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        rc = syscall(SYS_futex, (uint32_t *)W64(r, R_SEQ), FUTEX_WAIT, seen, &ts, NULL, 0);
+        err = errno;
+        Py_END_ALLOW_THREADS
+    }
+    /* The counts were raised under the latch (so that a changer sees
+     * them); lower the table's first, the total last, so that a process
+     * killed between the two leaves the total one too high (a wasted wake)
+     * and never too low (a lost one). */
+    if (mine)
+        dec_floor(mine);
+    STEP(21);
+    dec_floor(W32(r, R_WAITERS));
+    if (rc == -1 && err == EINTR && PyErr_CheckSignals() < 0)
+        return -1;
+    if (expired)
+        return 0;
+    return LOAD(&r->detached) ? 2 : 1;
+}
+
+/* Registers as a waiter for op (WAIT_GET, WAIT_PUT) and reads seq, under
+ * the latch; then lets go. The slot's entry records what for and since
+ * when (for status) when its count leaves 0. */
+static uint32_t register_wait(Ring *r, uint32_t op) {
+    __atomic_add_fetch(W32(r, R_WAITERS), 1, __ATOMIC_SEQ_CST);
+    if (r->slot < RING_SLOTS) {
+        unsigned char *e = r->base + R_SLOTS + 16 * r->slot;
+        if (LOAD((uint32_t *)e) == 0) {
+            STORE((uint32_t *)(e + 4), op);
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            STORE((uint64_t *)(e + 8), (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec);
+        }
+        __atomic_add_fetch((uint32_t *)e, 1, __ATOMIC_SEQ_CST);
+    }
+    uint32_t seen = (uint32_t)LOAD(W64(r, R_SEQ));
+    latch_free(r, 0);
+    return seen;
+}
+
+static int wait_start(Wait *wt, double timeout) {
+    wt->started = 1;
+    wt->forever = timeout < 0;
+    wt->deadline = wt->forever ? 0 : now_monotonic() + timeout;
+    return 0;
+}
+
+/* The common start of an op: latch taken, no daemon flag. */
+static int op_begin(Ring *r) {
+    if (r->base == NULL || LOAD(&r->detached))
+        return RES_DAEMON;
+    int l = latch_take(r);
+    if (l != 0)
+        return l;
+    if (LOAD(W64(r, R_FLAGS)) & FLAG_DAEMON) {
+        latch_free(r, 0);
+        return RES_DAEMON;
+    }
+    return 0;
+}
+
+/* The put loop for an encoded item in two pieces (a header and a body). */
+static int put_core(Ring *r, const void *a, uint64_t na, const void *b, uint64_t nb, double timeout) {
+    Wait wt = {.started = 0};
+    if (na + nb > r->inline_max)
+        return RES_DAEMON;
+    for (;;) {
+        int res = op_begin(r);
+        if (res != 0)
+            return res;
+        STEP(1);
+        int fits = ring_fits(r, na + nb);
+        if (fits < 0 || fits == 2) { /* corrupt, or an item for the daemon to keep */
+            latch_free(r, 0);
+            return RES_DAEMON;
+        }
+        if (fits == 1) {
+            uint64_t t = ring_write2(r, LOAD(W64(r, R_TAIL)), a, na, b, nb);
+            STEP(2);
+            if (!latch_ours(r))
+                return RES_DAEMON; /* taken over: nothing committed */
+            STORE(W64(r, R_TAIL), t);
+            STEP(3);
+            latch_free(r, 1);
+            return RES_OK;
+        }
+        if (timeout == 0) {
+            latch_free(r, 0);
+            return RES_NONE;
+        }
+        if (!wt.started)
+            wait_start(&wt, timeout);
+        uint32_t seen = register_wait(r, WAIT_PUT);
+        int sl = ring_sleep(r, seen, &wt);
+        if (sl != 1)
+            return sl < 0 ? -1 : sl == 0 ? RES_NONE : RES_DAEMON;
+    }
+}
+
+/* put(data, timeout) -> OK | BUSY (full at the deadline) | DAEMON */
+static PyObject *ring_put(Ring *r, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(2, "put");
+    Py_buffer b;
+    double timeout;
+    if (get_timeout(args[1], &timeout) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[0], &b, PyBUF_SIMPLE) < 0)
+        return NULL;
+    int res = put_core(r, b.buf, (uint64_t)b.len, NULL, 0, timeout);
+    PyBuffer_Release(&b);
+    return result(res);
+}
+
+/* --- plain scalars as msgpack, without Python's encoder ------------------
+ * The socket path stores plain data as 0xC1 + one msgpack object
+ * (pyclient/syncmgr/_values.py); these encode and decode None, bool, int,
+ * float, str and bytes (exact types) the same way, straight into and out of
+ * the ring. Anything else is Python's to encode. */
+
+#define TAG 0xC1
+
+static void be(unsigned char *p, uint64_t v, int n) {
+    for (int i = n - 1; i >= 0; i--, v >>= 8)
+        p[i] = (unsigned char)v;
+}
+
+static uint64_t rd_be(const unsigned char *p, int n) {
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/* Encodes o's header into hdr (at most 10 bytes) and points *body at its
+ * bytes, if any. 1: done; 0: not a plain scalar (Python encodes it); -1:
+ * an exception. */
+static int encode_scalar(PyObject *o, unsigned char *hdr, uint64_t *nh, const void **body, uint64_t *nb) {
+    unsigned char *h = hdr;
+    *h++ = TAG;
+    *body = NULL;
+    *nb = 0;
+    if (o == Py_None) {
+        *h++ = 0xc0;
+    } else if (o == Py_False || o == Py_True) {
+        *h++ = o == Py_True ? 0xc3 : 0xc2;
+    } else if (PyLong_CheckExact(o)) {
+        int overflow;
+        long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+        if (overflow > 0) {
+            unsigned long long u = PyLong_AsUnsignedLongLong(o);
+            if (u == (unsigned long long)-1 && PyErr_Occurred()) {
+                PyErr_Clear();
+                return 0; /* past 2**64: Python pickles it */
+            }
+            *h++ = 0xcf;
+            be(h, u, 8);
+            h += 8;
+        } else if (overflow < 0) {
+            return 0;
+        } else if (v == -1 && PyErr_Occurred()) {
+            return -1;
+        } else if (v >= 0 && v <= 127) {
+            *h++ = (unsigned char)v;
+        } else if (v < 0 && v >= -32) {
+            *h++ = (unsigned char)(0xe0 | (v + 32));
+        } else if (v > 0) {
+            int n = v <= 0xff ? 1 : v <= 0xffff ? 2 : v <= 0xffffffffLL ? 4 : 8;
+            *h++ = n == 1 ? 0xcc : n == 2 ? 0xcd : n == 4 ? 0xce : 0xcf;
+            be(h, (uint64_t)v, n);
+            h += n;
+        } else {
+            int n = v >= -128 ? 1 : v >= -32768 ? 2 : v >= -2147483648LL ? 4 : 8;
+            *h++ = n == 1 ? 0xd0 : n == 2 ? 0xd1 : n == 4 ? 0xd2 : 0xd3;
+            be(h, (uint64_t)v, n);
+            h += n;
+        }
+    } else if (PyFloat_CheckExact(o)) {
+        double d = PyFloat_AS_DOUBLE(o);
+        uint64_t bits;
+        memcpy(&bits, &d, 8);
+        *h++ = 0xcb;
+        be(h, bits, 8);
+        h += 8;
+    } else if (PyUnicode_CheckExact(o)) {
+        Py_ssize_t n;
+        const char *u = PyUnicode_AsUTF8AndSize(o, &n);
+        if (u == NULL) { /* lone surrogates: Python pickles it */
+            PyErr_Clear();
+            return 0;
+        }
+        if (n < 32) {
+            *h++ = (unsigned char)(0xa0 | n);
+        } else if (n <= 0xff) {
+            *h++ = 0xd9;
+            *h++ = (unsigned char)n;
+        } else if (n <= 0xffff) {
+            *h++ = 0xda;
+            be(h, (uint64_t)n, 2);
+            h += 2;
+        } else if ((uint64_t)n <= 0xffffffffULL) {
+            *h++ = 0xdb;
+            be(h, (uint64_t)n, 4);
+            h += 4;
+        } else {
+            return 0;
+        }
+        *body = u;
+        *nb = (uint64_t)n;
+    } else if (PyBytes_CheckExact(o)) {
+        Py_ssize_t n = PyBytes_GET_SIZE(o);
+        if (n <= 0xff) {
+            *h++ = 0xc4;
+            *h++ = (unsigned char)n;
+        } else if (n <= 0xffff) {
+            *h++ = 0xc5;
+            be(h, (uint64_t)n, 2);
+            h += 2;
+        } else if ((uint64_t)n <= 0xffffffffULL) {
+            *h++ = 0xc6;
+            be(h, (uint64_t)n, 4);
+            h += 4;
+        } else {
+            return 0;
+        }
+        *body = PyBytes_AS_STRING(o);
+        *nb = (uint64_t)n;
+    } else {
+        return 0;
+    }
+    *nh = (uint64_t)(h - hdr);
+    return 1;
+}
+
+/* Decodes a record that is exactly 0xC1 + one plain scalar; NULL without an
+ * exception when it is anything else (Python decodes it). */
+static PyObject *decode_scalar(const unsigned char *p, uint64_t n) {
+    if (n < 2 || p[0] != TAG)
+        return NULL;
+    unsigned char c = p[1];
+    const unsigned char *q = p + 2;
+    uint64_t left = n - 2, len;
+    if (c <= 0x7f)
+        return left == 0 ? PyLong_FromLong(c) : NULL;
+    if (c >= 0xe0)
+        return left == 0 ? PyLong_FromLong((long)(signed char)c) : NULL;
+    if ((c & 0xe0) == 0xa0) {
+        len = c & 0x1f;
+        goto str;
+    }
+    switch (c) {
+    case 0xc0:
+        if (left == 0)
+            Py_RETURN_NONE;
+        return NULL;
+    case 0xc2:
+    case 0xc3:
+        if (left != 0)
+            return NULL;
+        return PyBool_FromLong(c == 0xc3);
+    case 0xcc: case 0xcd: case 0xce: case 0xcf: {
+        int k = 1 << (c - 0xcc);
+        if (left != (uint64_t)k)
+            return NULL;
+        return PyLong_FromUnsignedLongLong(rd_be(q, k));
+    }
+    case 0xd0: case 0xd1: case 0xd2: case 0xd3: {
+        int k = 1 << (c - 0xd0);
+        if (left != (uint64_t)k)
+            return NULL;
+        uint64_t v = rd_be(q, k);
+        int sh = 64 - 8 * k;
+        return PyLong_FromLongLong((long long)(v << sh) >> sh);
+    }
+    case 0xcb: {
+        if (left != 8)
+            return NULL;
+        uint64_t bits = rd_be(q, 8);
+        double d;
+        memcpy(&d, &bits, 8);
+        return PyFloat_FromDouble(d);
+    }
+    case 0xc4: case 0xc5: case 0xc6: case 0xd9: case 0xda: case 0xdb: {
+        int k = (c == 0xc4 || c == 0xd9) ? 1 : (c == 0xc5 || c == 0xda) ? 2 : 4;
+        if (left < (uint64_t)k)
+            return NULL;
+        len = rd_be(q, k);
+        q += k;
+        left -= (uint64_t)k;
+        if (c >= 0xd9)
+            goto str;
+        if (len != left)
+            return NULL;
+        return PyBytes_FromStringAndSize((const char *)q, (Py_ssize_t)len);
+    }
+    default:
+        return NULL;
+    }
+str:
+    if (len != left)
+        return NULL;
+    {
+        PyObject *u = PyUnicode_DecodeUTF8((const char *)q, (Py_ssize_t)len, "strict");
+        if (u == NULL)
+            PyErr_Clear(); /* msgpack refuses it too: Python reports it */
+        return u;
+    }
+}
+
+/* Py_NewRef, which Python 3.9 lacks. */
+static inline PyObject *new_ref(PyObject *o) {
+    Py_INCREF(o);
+    return o;
+}
+
+/* Sentinels of put_item and get_item, whose results may be any item
+ * (QEMPTY means full for put_item, empty for get_item). */
+static PyObject *Q_ENCODE, *Q_NONE, *Q_DAEMON;
+
+/* put_item(item, timeout) -> None (stored) | BUSY | DAEMON | ENCODE (not a
+ * plain scalar: encode it in Python and call put) */
+static PyObject *ring_put_item(Ring *r, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(2, "put_item");
+    double timeout;
+    if (get_timeout(args[1], &timeout) < 0)
+        return NULL;
+    unsigned char hdr[16];
+    uint64_t nh, nb;
+    const void *body;
+    int e = encode_scalar(args[0], hdr, &nh, &body, &nb);
+    if (e < 0)
+        return NULL;
+    if (e == 0)
+        return new_ref(Q_ENCODE);
+    int res = put_core(r, hdr, nh, body, nb, timeout);
+    if (res < 0)
+        return NULL;
+    if (res == RES_OK)
+        Py_RETURN_NONE;
+    return new_ref(res == RES_NONE ? Q_NONE : Q_DAEMON);
+}
+
+/* put_many(items) -> how many of the first items went in: all, or up to
+ * the first that does not fit, is too large, or is neither a bytearray
+ * (an item Python encoded) nor a plain scalar the extension encodes. One
+ * latch and one commit for all. None: the daemon's (flag, or a corrupt
+ * ring). */
+static PyObject *ring_put_many(Ring *r, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(1, "put_many");
+    PyObject *seq = PySequence_Fast(args[0], "put_many takes a sequence");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), done = 0;
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    int b0 = op_begin(r);
+    if (b0 != 0) {
+        Py_DECREF(seq);
+        if (b0 < 0)
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    STEP(1);
+    uint64_t t = LOAD(W64(r, R_TAIL)), head = LOAD(W64(r, R_HEAD));
+    uint64_t hp = head & POS_MASK, hn = head >> POS_BITS;
+    for (; done < n; done++) {
+        unsigned char hdr[16];
+        uint64_t nh, nb;
+        const void *a, *b;
+        PyObject *it = items[done];
+        if (PyByteArray_CheckExact(it)) {
+            a = PyByteArray_AS_STRING(it);
+            nh = (uint64_t)PyByteArray_GET_SIZE(it);
+            b = NULL;
+            nb = 0;
+        } else {
+            int e = encode_scalar(it, hdr, &nh, &b, &nb);
+            if (e < 0) { /* nothing committed */
+                latch_free(r, 0);
+                Py_DECREF(seq);
+                return NULL;
+            }
+            if (e == 0)
+                break;
+            a = hdr;
+        }
+        uint64_t len = nh + nb;
+        if (len > r->inline_max)
+            break;
+        uint64_t tp = t & POS_MASK, tn = t >> POS_BITS;
+        uint64_t used = (tp - hp) & POS_MASK, cnt = (tn - hn) & COUNT_MASK;
+        if (used > r->cap || tp % REC_HEADER || hp % REC_HEADER) {
+            latch_free(r, 0);
+            Py_DECREF(seq);
+            Py_RETURN_NONE;
+        }
+        uint64_t idx = tp & (r->cap - 1), need = REC_HEADER + pad8(len);
+        if (idx + need > r->cap)
+            need += r->cap - idx;
+        if ((r->maxsize && cnt >= r->maxsize) || used + need > r->cap)
+            break;
+        t = ring_write2(r, t, a, nh, b, nb);
+    }
+    STEP(2);
+    if (!latch_ours(r)) { /* taken over: nothing committed */
+        Py_DECREF(seq);
+        Py_RETURN_NONE;
+    }
+    STORE(W64(r, R_TAIL), t);
+    STEP(3);
+    latch_free(r, done > 0);
+    Py_DECREF(seq);
+    return PyLong_FromSsize_t(done);
+}
+
+/* The get loop: the head item, decoded when it is a plain scalar and
+ * decode is set, else as bytes; NULL with *res a result code (no
+ * exception) or with an exception (*res < 0). */
+static PyObject *get_core(Ring *r, double timeout, int decode, int *res) {
+    Wait wt = {.started = 0};
+    for (;;) {
+        *res = op_begin(r);
+        if (*res != 0)
+            return NULL;
+        STEP(11);
+        const unsigned char *data;
+        uint64_t n, next;
+        *res = ring_peek(r, LOAD(W64(r, R_HEAD)), &data, &n, &next);
+        if (*res == 0) {
+            PyObject *out;
+            if (!decode)
+                out = PyBytes_FromStringAndSize((const char *)data, (Py_ssize_t)n);
+            else if ((out = decode_scalar(data, n)) == NULL && !PyErr_Occurred())
+                out = PyByteArray_FromStringAndSize((const char *)data, (Py_ssize_t)n);
+            if (out == NULL) { /* no memory: the item stays at the head */
+                latch_free(r, 0);
+                *res = -1;
+                return NULL;
+            }
+            STEP(12);
+            if (!latch_ours(r)) { /* taken over: the item stays at the head */
+                Py_DECREF(out);
+                *res = RES_DAEMON;
+                return NULL;
+            }
+            STORE(W64(r, R_HEAD), next);
+            STEP(13);
+            latch_free(r, 1);
+            return out;
+        }
+        if (*res != RES_NONE || timeout == 0) {
+            latch_free(r, 0);
+            return NULL;
+        }
+        if (!wt.started)
+            wait_start(&wt, timeout);
+        uint32_t seen = register_wait(r, WAIT_GET);
+        int sl = ring_sleep(r, seen, &wt);
+        if (sl != 1) {
+            *res = sl < 0 ? -1 : sl == 0 ? RES_NONE : RES_DAEMON;
+            return NULL;
+        }
+    }
+}
+
+/* get(timeout) -> bytes | BUSY (empty at the deadline) | DAEMON */
+static PyObject *ring_get(Ring *r, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(1, "get");
+    double timeout;
+    if (get_timeout(args[0], &timeout) < 0)
+        return NULL;
+    int res;
+    PyObject *out = get_core(r, timeout, 0, &res);
+    return out != NULL ? out : result(res);
+}
+
+/* get_item(timeout) -> item | QEMPTY | QDAEMON: a plain scalar comes
+ * decoded, anything else as a bytearray of its stored bytes for Python to
+ * decode (no decoded item is ever a bytearray). */
+static PyObject *ring_get_item(Ring *r, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(1, "get_item");
+    double timeout;
+    if (get_timeout(args[0], &timeout) < 0)
+        return NULL;
+    int res;
+    PyObject *out = get_core(r, timeout, 1, &res);
+    if (out == NULL) {
+        if (res < 0)
+            return NULL;
+        return new_ref(res == RES_NONE ? Q_NONE : Q_DAEMON);
+    }
+    return out;
+}
+
+/* get_many(max_items, timeout) -> list (at least one item, at most
+ * max_items: what the ring holds up to the first record the daemon keeps;
+ * plain scalars decoded, anything else a bytearray for Python to decode)
+ * | BUSY | DAEMON. Waits only while the ring is empty. */
+static PyObject *ring_get_many(Ring *r, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(2, "get_many");
+    Py_ssize_t max = PyLong_AsSsize_t(args[0]);
+    if (max == -1 && PyErr_Occurred())
+        return NULL;
+    if (max < 1) {
+        PyErr_SetString(PyExc_ValueError, "max_items must be at least 1");
+        return NULL;
+    }
+    double timeout;
+    if (get_timeout(args[1], &timeout) < 0)
+        return NULL;
+    Wait wt = {.started = 0};
+    for (;;) {
+        int res = op_begin(r);
+        if (res != 0)
+            return result(res);
+        STEP(11);
+        PyObject *list = PyList_New(0);
+        if (list == NULL) {
+            latch_free(r, 0);
+            return NULL;
+        }
+        uint64_t head = LOAD(W64(r, R_HEAD));
+        while (PyList_GET_SIZE(list) < max) {
+            const unsigned char *data;
+            uint64_t n, next;
+            res = ring_peek(r, head, &data, &n, &next);
+            if (res != 0)
+                break;
+            PyObject *b = decode_scalar(data, n);
+            if (b == NULL && !PyErr_Occurred())
+                b = PyByteArray_FromStringAndSize((const char *)data, (Py_ssize_t)n);
+            if (b == NULL || PyList_Append(list, b) < 0) {
+                Py_XDECREF(b);
+                Py_DECREF(list);
+                latch_free(r, 0); /* nothing taken */
+                return NULL;
+            }
+            Py_DECREF(b);
+            head = next;
+        }
+        if (PyList_GET_SIZE(list) > 0) {
+            STEP(12);
+            if (!latch_ours(r)) { /* taken over: the items stay */
+                Py_DECREF(list);
+                return result(RES_DAEMON);
+            }
+            STORE(W64(r, R_HEAD), head); /* one commit for the batch */
+            STEP(13);
+            latch_free(r, 1);
+            return list;
+        }
+        Py_DECREF(list);
+        if (res != RES_NONE || timeout == 0) {
+            latch_free(r, 0);
+            return result(res);
+        }
+        if (!wt.started)
+            wait_start(&wt, timeout);
+        uint32_t seen = register_wait(r, WAIT_GET);
+        int s = ring_sleep(r, seen, &wt);
+        if (s != 1)
+            return result(s < 0 ? -1 : s == 0 ? RES_NONE : RES_DAEMON);
+    }
+}
+
+/* qsize() -> items in the ring, or -1 when the daemon holds items too */
+static PyObject *ring_qsize(Ring *r, PyObject *Py_UNUSED(ignored)) {
+    if (r->base == NULL || LOAD(&r->detached) || (LOAD(W64(r, R_FLAGS)) & FLAG_DAEMON))
+        return PyLong_FromLong(-1);
+    uint64_t t = LOAD(W64(r, R_TAIL)), h = LOAD(W64(r, R_HEAD));
+    uint64_t items = ((t >> POS_BITS) - (h >> POS_BITS)) & COUNT_MASK;
+    if (items > r->cap / REC_HEADER)
+        return PyLong_FromLong(-1);
+    return PyLong_FromUnsignedLongLong(items);
+}
+
+/* detach(): the daemon is gone; sleepers leave answering DAEMON. */
+static PyObject *ring_detach(Ring *r, PyObject *Py_UNUSED(ignored)) {
+    STORE(&r->detached, 1);
+    if (r->base != NULL)
+        futex_wake_all(W64(r, R_SEQ));
+    Py_RETURN_NONE;
+}
+
+/* invalidate(): stop using the ring without waking anyone (a forked child). */
+static PyObject *ring_invalidate(Ring *r, PyObject *Py_UNUSED(ignored)) {
+    STORE(&r->detached, 1);
+    Py_RETURN_NONE;
+}
+
+/* word(name) -> a header word, for tests ("latch", "tail", "head", "seq",
+ * "waiters", "flags"). */
+static PyObject *ring_word(Ring *r, PyObject *arg) {
+    const char *name = PyUnicode_AsUTF8(arg);
+    if (name == NULL)
+        return NULL;
+    if (r->base == NULL) {
+        PyErr_SetString(PyExc_ValueError, "ring is closed");
+        return NULL;
+    }
+    static const struct { const char *name; unsigned off; } words[] = {
+        {"latch", R_LATCH}, {"flags", R_FLAGS}, {"tail", R_TAIL}, {"head", R_HEAD}, {"seq", R_SEQ}};
+    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+        if (strcmp(name, words[i].name) == 0)
+            return PyLong_FromUnsignedLongLong(LOAD(W64(r, words[i].off)));
+    if (strcmp(name, "waiters") == 0)
+        return PyLong_FromUnsignedLong(LOAD(W32(r, R_WAITERS)));
+    PyErr_Format(PyExc_ValueError, "no ring word %s", name);
+    return NULL;
+}
+
+/* _poke(off, value): tests only: store a u64 at a header or data offset,
+ * as a process scribbling on the ring would. */
+static PyObject *ring_poke(Ring *r, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(2, "_poke");
+    uint64_t off, v;
+    if (get_u64(args[0], &off) < 0 || get_u64(args[1], &v) < 0)
+        return NULL;
+    if (r->base == NULL || off % 8 != 0 || off + 8 > r->size) {
+        PyErr_SetString(PyExc_ValueError, "bad ring offset");
+        return NULL;
+    }
+    STORE(W64(r, off), v);
+    Py_RETURN_NONE;
+}
+
+static int ring_init(Ring *r, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"fd", "size", "capacity", "inline", "slot", NULL};
+    int fd;
+    Py_ssize_t size;
+    unsigned long long cap, inl, slot;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "inKKK", kwlist, &fd, &size, &cap, &inl, &slot))
+        return -1;
+    if (r->base != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "ring already mapped");
+        return -1;
+    }
+    if (cap < 4096 || (cap & (cap - 1)) != 0 || cap > (64ULL << 20) || (uint64_t)size != RING_HEADER + cap ||
+        inl > cap / 4 || slot == 0 || slot > MASK_LOW) {
+        PyErr_SetString(PyExc_ValueError, "bad ring layout");
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || st.st_size != size) {
+        PyErr_SetString(PyExc_PermissionError, "not a usable ring (type, owner or size)");
+        return -1;
+    }
+    void *p = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    if (LOAD((uint64_t *)p) != RING_MAGIC || ((uint32_t *)p)[2] != RING_VERSION ||
+        ((uint32_t *)p)[3] != RING_HEADER || LOAD((uint64_t *)((unsigned char *)p + R_CAP)) != cap) {
+        munmap(p, (size_t)size);
+        PyErr_SetString(PyExc_ValueError, "not a syncmgr queue ring (bad header)");
+        return -1;
+    }
+    r->base = p;
+    r->size = (size_t)size;
+    r->cap = cap;
+    r->inline_max = inl;
+    r->maxsize = LOAD((uint64_t *)((unsigned char *)p + 24));
+    r->slot = slot;
+    return 0;
+}
+
+static void ring_dealloc(Ring *r) {
+    if (r->base != NULL)
+        munmap(r->base, r->size);
+    Py_TYPE(r)->tp_free((PyObject *)r);
+}
+
+static PyObject *ring_get_inline(Ring *r, void *Py_UNUSED(c)) {
+    return PyLong_FromUnsignedLongLong(r->inline_max);
+}
+
+static PyMethodDef ring_methods[] = {
+    {"put", (PyCFunction)(void (*)(void))ring_put, METH_FASTCALL, "put(data, timeout) -> OK | BUSY | DAEMON"},
+    {"put_many", (PyCFunction)(void (*)(void))ring_put_many, METH_FASTCALL,
+     "put_many(items: plain scalars or bytearrays of encoded items) -> how many went in, or None"},
+    {"get", (PyCFunction)(void (*)(void))ring_get, METH_FASTCALL, "get(timeout) -> bytes | BUSY | DAEMON"},
+    {"put_item", (PyCFunction)(void (*)(void))ring_put_item, METH_FASTCALL,
+     "put_item(item, timeout) -> None | QEMPTY (full) | QDAEMON | QENCODE"},
+    {"get_item", (PyCFunction)(void (*)(void))ring_get_item, METH_FASTCALL,
+     "get_item(timeout) -> item | bytearray (for Python to decode) | QEMPTY | QDAEMON"},
+    {"get_many", (PyCFunction)(void (*)(void))ring_get_many, METH_FASTCALL,
+     "get_many(max_items, timeout) -> list (scalars decoded, bytearrays to decode) | BUSY | DAEMON"},
+    {"qsize", (PyCFunction)ring_qsize, METH_NOARGS, "items in the ring, or -1 (ask the daemon)"},
+    {"detach", (PyCFunction)ring_detach, METH_NOARGS, "the daemon is gone"},
+    {"invalidate", (PyCFunction)ring_invalidate, METH_NOARGS, "stop using the ring (forked child)"},
+    {"word", (PyCFunction)ring_word, METH_O, "a header word (tests)"},
+    {"_poke", (PyCFunction)(void (*)(void))ring_poke, METH_FASTCALL, "tests only: scribble a u64"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyObject *ring_get_maxsize(Ring *r, void *Py_UNUSED(c)) {
+    return PyLong_FromUnsignedLongLong(r->maxsize);
+}
+
+static PyGetSetDef ring_getset[] = {
+    {"maxsize", (getter)ring_get_maxsize, NULL, "items the ring holds at most (0: no limit)", NULL},
+    {"inline", (getter)ring_get_inline, NULL, "largest item written into the ring", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject RingType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "syncmgr._fastpath.Ring",
+    .tp_basicsize = sizeof(Ring),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Ring(fd, size, capacity, inline, slot): a Queue's shared ring",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)ring_init,
+    .tp_dealloc = (destructor)ring_dealloc,
+    .tp_methods = ring_methods,
+    .tp_getset = ring_getset,
+};
+
+/* _set_queue_kill_step(n): tests only: SIGKILL this process at step n of
+ * a queue op (put: 1 latch taken, 2 record written, 3 committed; get: 11
+ * latch taken, 12 copied out, 13 committed; 21 leaving a sleep). */
+static PyObject *set_kill_step(PyObject *Py_UNUSED(m), PyObject *arg) {
+    long n = PyLong_AsLong(arg);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    kill_step = (int)n;
+    Py_RETURN_NONE;
+}
+
+PyMethodDef queue_module_methods[] = {
+    {"_set_queue_kill_step", set_kill_step, METH_O, "tests only: SIGKILL at a labelled step of a queue op"},
+    {NULL, NULL, 0, NULL},
+};
+
+int queue_add_types(PyObject *m) {
+    if (PyType_Ready(&RingType) < 0)
+        return -1;
+    Q_ENCODE = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
+    Q_NONE = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
+    Q_DAEMON = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
+    if (Q_ENCODE == NULL || Q_NONE == NULL || Q_DAEMON == NULL)
+        return -1;
+    /* The module takes a reference of its own; ours stay for the C code. */
+    const char *names[] = {"QENCODE", "QEMPTY", "QDAEMON"};
+    PyObject *objs[] = {Q_ENCODE, Q_NONE, Q_DAEMON};
+    for (int i = 0; i < 3; i++) {
+        Py_INCREF(objs[i]);
+        if (PyModule_AddObject(m, names[i], objs[i]) < 0) {
+            Py_DECREF(objs[i]);
+            return -1;
+        }
+    }
+    Py_INCREF(&RingType);
+    if (PyModule_AddObject(m, "Ring", (PyObject *)&RingType) < 0) {
+        Py_DECREF(&RingType);
+        return -1;
+    }
+    return PyModule_AddFunctions(m, queue_module_methods);
+}

@@ -1,0 +1,507 @@
+package statemem
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// A Ring is the shared-memory storage of one Queue: a byte ring of records
+// in a segment of its own (an anonymous memory file, sealed against
+// shrinking and growing, passed to same-host clients over the Unix socket
+// with SCM_RIGHTS). Layout (native byte order; keep in step with
+// pyclient/csrc/fp_queue.c):
+//
+//	0    u64  RingMagic
+//	8    u32  RingVersion
+//	12   u32  RingHeader (the data area's offset)
+//	16   u64  capacity: bytes of the data area (a power of two)
+//	24   u64  maxsize: items the ring holds at most (0: no limit)
+//	32   u64  inline max: the largest item a client writes into the ring
+//	64   u64  latch: the session slot of the one op in flight (0: none)
+//	72   u64  flags: RingFlagDaemon
+//	80   u64  tail word: position (bits 0-39) | puts (bits 40-63)
+//	88   u64  head word: position (bits 0-39) | gets (bits 40-63)
+//	96   u64  seq: bumped by every change; the futex word (low 32 bits)
+//	104  u32  waiters: processes asleep (or about to sleep) on seq
+//	128  per session slot, 16 bytes: u32 its threads waiting now, u32 what
+//	     for (RingWaitGet, RingWaitPut), u64 CLOCK_MONOTONIC ns at which the
+//	     first of them began (written when the count leaves 0)
+//	RingHeader..  data area
+//
+// Positions count bytes for ever (mod 2^40); a record starts at position
+// mod capacity. A record is an 8-byte header (u32 length, u32 kind) and its
+// payload padded to 8 bytes; it never wraps: a pad record fills the end of
+// the area instead. Items = puts - gets (mod 2^24).
+//
+// Every op holds the latch (the holder's slot id) while it reads or writes
+// the ring, and commits with one store: a put stores the tail word after
+// the record is complete, a get stores the head word after it has copied
+// the record. An op killed before its store did nothing; after it, it is
+// done. Either way the ring is consistent, so the daemon repairs a dead
+// session's latch by letting go of it (ReleaseLatch).
+//
+// The daemon trusts nothing it reads here: it keeps the capacity and limits
+// on its side and checks every position and length before it uses it.
+const (
+	RingMagic   uint64 = 0x5152474d434e5953 // "SYNCMGRQ" read as a little-endian u64
+	RingVersion uint32 = 1
+	// RingSlots is the number of session slots the waiter table covers:
+	// sessions with a larger slot id use the queue through the daemon.
+	RingSlots  = 1024
+	RingHeader = 128 + 16*RingSlots
+
+	// RingOffLatch and RingOffTail are exported for tests (TestSetWord).
+	RingOffLatch = 64
+	RingOffTail  = 80
+
+	ringOffCap     = 16
+	ringOffMaxsize = 24
+	ringOffInline  = 32
+	ringOffLatch   = RingOffLatch
+	ringOffFlags   = 72
+	ringOffTail    = RingOffTail
+	ringOffHead    = 88
+	ringOffSeq     = 96
+	ringOffWaiters = 104
+	ringOffSlots   = 128
+
+	// What a slot's sleepers wait for.
+	RingWaitGet uint32 = 1
+	RingWaitPut uint32 = 2
+
+	// RingFlagDaemon: the daemon holds items of this queue outside the ring
+	// (an undone get's item at the front, or puts that found no room at the
+	// back); clients send every op to the daemon while it is set.
+	RingFlagDaemon uint64 = 1
+
+	// Record kinds.
+	RecItem     uint32 = 1 // payload: the item's bytes
+	RecExternal uint32 = 2 // payload: u64 id of an item the daemon keeps
+	RecPad      uint32 = 3 // the rest of the area up to its end is unused
+
+	ringPosBits         = 40
+	ringPosMask  uint64 = 1<<ringPosBits - 1
+	ringCountOne uint64 = 1 << ringPosBits
+	ringCountMax uint64 = 1<<24 - 1
+	recHeader           = 8
+)
+
+// ErrRingCorrupt: a position or length read from a ring is impossible (a
+// client scribbled on it). The daemon stops using the queue.
+var ErrRingCorrupt = errors.New("statemem: queue ring corrupted")
+
+// ErrRingClosed: the ring's queue was removed.
+var ErrRingClosed = errors.New("statemem: queue ring closed")
+
+// Ring is the daemon's view of one queue's ring.
+type Ring struct {
+	// mu guards refs and closed: the daemon's goroutines hold a reference
+	// while they touch the mapping (enter/exit), and the last one out of a
+	// closed ring unmaps it.
+	mu      sync.Mutex
+	refs    int
+	closed  bool
+	fdmu    sync.Mutex // fd is used (passed to a client) or closed under fdmu
+	fd      int
+	mem     []byte
+	cap     uint64 // data bytes, the daemon's own copy
+	maxsize uint64
+	inline  uint64
+}
+
+// RingSize returns the data capacity (a power of two of at least 4 KiB and
+// at most 64 MiB) for a wish of bytes.
+func RingSize(bytes int64) uint64 {
+	c := uint64(4096)
+	for c < uint64(bytes) && c < 64<<20 {
+		c <<= 1
+	}
+	return c
+}
+
+// NewRing creates a ring of capacity data bytes (see RingSize) in a new
+// sealed memory file (sealedMemory). maxsize bounds the items it holds (0: none) and
+// inline the largest item clients write into it.
+func NewRing(capacity, maxsize, inline uint64) (*Ring, error) {
+	if !littleEndian {
+		return nil, ErrBigEndian
+	}
+	if capacity < 4096 || capacity&(capacity-1) != 0 || capacity > 64<<20 {
+		return nil, fmt.Errorf("statemem: ring capacity %d is not a power of two in [4 KiB, 64 MiB]", capacity)
+	}
+	if inline > capacity/4 {
+		inline = capacity / 4
+	}
+	fd, mem, err := sealedMemory("ring", int64(RingHeader)+int64(capacity))
+	if err != nil {
+		return nil, err
+	}
+	r := &Ring{fd: fd, mem: mem, cap: capacity, maxsize: maxsize, inline: inline}
+	binary.LittleEndian.PutUint32(mem[8:], RingVersion)
+	binary.LittleEndian.PutUint32(mem[12:], RingHeader)
+	binary.LittleEndian.PutUint64(mem[ringOffCap:], capacity)
+	binary.LittleEndian.PutUint64(mem[ringOffMaxsize:], maxsize)
+	binary.LittleEndian.PutUint64(mem[ringOffInline:], inline)
+	atomic.StoreUint64(r.word(0), RingMagic)
+	return r, nil
+}
+
+// WithFD calls fn with the memory file's descriptor (to pass it to a
+// client), unless the ring is closed (ErrRingClosed).
+func (r *Ring) WithFD(fn func(fd int) error) error {
+	r.fdmu.Lock()
+	defer r.fdmu.Unlock()
+	if r.fd < 0 {
+		return ErrRingClosed
+	}
+	return fn(r.fd)
+}
+
+// Size returns the segment's size in bytes.
+func (r *Ring) Size() int64 { return int64(RingHeader) + int64(r.cap) }
+
+// Capacity returns the data area's size.
+func (r *Ring) Capacity() uint64 { return r.cap }
+
+// Inline returns the largest item clients write into the ring.
+func (r *Ring) Inline() uint64 { return r.inline }
+
+// Close retires the ring: its daemon flag is set and its sleepers woken (a
+// client that still maps it goes to the daemon, which no longer knows the
+// queue), its file is closed, and the daemon's mapping goes once no
+// goroutine uses it. Clients' maps stay valid until they unmap.
+func (r *Ring) Close() error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
+	atomic.StoreUint64(r.word(ringOffFlags), RingFlagDaemon)
+	atomic.AddUint64(r.word(ringOffSeq), 1)
+	WakeAll(r.word(ringOffSeq))
+	unmap := r.refs == 0
+	r.mu.Unlock()
+	r.fdmu.Lock()
+	err := unix.Close(r.fd)
+	r.fd = -1
+	r.fdmu.Unlock()
+	if unmap {
+		r.unmap()
+	}
+	return err
+}
+
+// enter takes a reference on the mapping; false: the ring is closed.
+func (r *Ring) enter() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return false
+	}
+	r.refs++
+	return true
+}
+
+// exit drops a reference; the last one out of a closed ring unmaps it.
+func (r *Ring) exit() {
+	r.mu.Lock()
+	r.refs--
+	unmap := r.closed && r.refs == 0
+	r.mu.Unlock()
+	if unmap {
+		r.unmap()
+	}
+}
+
+func (r *Ring) unmap() {
+	r.mu.Lock()
+	mem := r.mem
+	r.mem = nil
+	r.mu.Unlock()
+	if mem != nil {
+		_ = unix.Munmap(mem)
+	}
+}
+
+func (r *Ring) word(off int) *uint64 { return (*uint64)(unsafe.Pointer(&r.mem[off])) }
+
+// slotWaiters returns slot's entry in the waiter table (slot < RingSlots).
+func (r *Ring) slotWaiters(slot uint32) *uint32 {
+	return (*uint32)(unsafe.Pointer(&r.mem[ringOffSlots+16*slot]))
+}
+
+// RingWaiter is one session slot's sleepers on a ring.
+type RingWaiter struct {
+	Slot  uint32
+	Count int
+	Op    uint32    // RingWaitGet or RingWaitPut (anything else: unknown)
+	Since time.Time // zero: unknown
+}
+
+// Waiters lists the slots with sleepers now (for status).
+func (r *Ring) Waiters() []RingWaiter {
+	if !r.enter() {
+		return nil
+	}
+	defer r.exit()
+	var out []RingWaiter
+	for i := uint32(1); i < RingSlots; i++ {
+		n := atomic.LoadUint32(r.slotWaiters(i))
+		if n == 0 {
+			continue
+		}
+		e := ringOffSlots + 16*int(i)
+		w := RingWaiter{Slot: i, Count: int(n), Op: atomic.LoadUint32((*uint32)(unsafe.Pointer(&r.mem[e+4])))}
+		if t, ok := SinceTime(atomic.LoadUint64((*uint64)(unsafe.Pointer(&r.mem[e+8])))); ok {
+			w.Since = t
+		}
+		out = append(out, w)
+	}
+	return out
+}
+
+// Lock takes the latch for the daemon; false: the ring is closed. A latch
+// held longer than a moment by a slot for which gone reports true (its
+// session ended, or the value names no session at all) is taken over:
+// every op commits with one store, so what the dead op left is consistent.
+// Every Lock that returns true is followed by one Unlock.
+func (r *Ring) Lock(gone func(slot uint32) bool) bool {
+	if !r.enter() {
+		return false
+	}
+	w := r.word(ringOffLatch)
+	start := time.Now()
+	for i := 0; ; i++ {
+		x := atomic.LoadUint64(w)
+		if x == 0 {
+			if atomic.CompareAndSwapUint64(w, 0, uint64(LatchDaemon)) {
+				return true
+			}
+			continue
+		}
+		if i < 100 {
+			runtime.Gosched()
+			continue
+		}
+		if time.Since(start) > time.Millisecond && x != uint64(LatchDaemon) && (x > uint64(MaxSlot) || gone(uint32(x))) {
+			if atomic.CompareAndSwapUint64(w, x, uint64(LatchDaemon)) {
+				return true
+			}
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+}
+
+// Unlock lets go of the daemon's latch; when the op changed the ring it
+// bumps seq and wakes the sleepers.
+func (r *Ring) Unlock(changed bool) {
+	if changed {
+		atomic.AddUint64(r.word(ringOffSeq), 1)
+	}
+	atomic.StoreUint64(r.word(ringOffLatch), 0)
+	if changed && atomic.LoadUint32((*uint32)(unsafe.Pointer(&r.mem[ringOffWaiters]))) != 0 {
+		WakeAll(r.word(ringOffSeq))
+	}
+	r.exit()
+}
+
+// ReleaseLatch lets go of the latch if slot holds it (its session ended)
+// and forgets slot's sleepers, waking everyone. It reports whether slot
+// held the latch.
+func (r *Ring) ReleaseLatch(slot uint32) bool {
+	if !r.enter() {
+		return false
+	}
+	defer r.exit()
+	held := atomic.CompareAndSwapUint64(r.word(ringOffLatch), uint64(slot), 0)
+	if slot < RingSlots {
+		mine := atomic.SwapUint32(r.slotWaiters(slot), 0)
+		wp := (*uint32)(unsafe.Pointer(&r.mem[ringOffWaiters]))
+		for mine > 0 {
+			x := atomic.LoadUint32(wp)
+			if x == 0 || atomic.CompareAndSwapUint32(wp, x, x-1) {
+				mine--
+			}
+		}
+	}
+	atomic.AddUint64(r.word(ringOffSeq), 1)
+	WakeAll(r.word(ringOffSeq))
+	return held
+}
+
+// Waiting returns how many threads of clients sleep on the ring now, as
+// the per-slot table counts them.
+func (r *Ring) Waiting() int {
+	if !r.enter() {
+		return 0
+	}
+	defer r.exit()
+	n := 0
+	for i := uint32(0); i < RingSlots; i++ {
+		n += int(atomic.LoadUint32(r.slotWaiters(i)))
+	}
+	return n
+}
+
+// Seq returns the change counter (the futex word's value).
+func (r *Ring) Seq() uint32 {
+	if !r.enter() {
+		return 0
+	}
+	defer r.exit()
+	return r.seq()
+}
+
+func (r *Ring) seq() uint32 { return uint32(atomic.LoadUint64(r.word(ringOffSeq))) }
+
+// Sleep waits for seq to change from seen, for at most d, counting itself
+// as a waiter so that changers wake it.
+func (r *Ring) Sleep(seen uint32, d time.Duration) {
+	if !r.enter() {
+		return
+	}
+	defer r.exit()
+	wp := (*uint32)(unsafe.Pointer(&r.mem[ringOffWaiters]))
+	atomic.AddUint32(wp, 1)
+	futexWaitWord(r.word(ringOffSeq), seen, d)
+	atomic.AddUint32(wp, ^uint32(0))
+}
+
+// TestSetWord stores x at byte offset off of the header, as a scribbling
+// client would: for tests.
+func (r *Ring) TestSetWord(off int, x uint64) {
+	if off < 0 || off+8 > RingHeader || off%8 != 0 {
+		panic("statemem: bad header offset")
+	}
+	if !r.enter() {
+		return
+	}
+	defer r.exit()
+	atomic.StoreUint64(r.word(off), x)
+}
+
+// Flags returns the flags word; SetFlags writes it (under the latch).
+// Len, Fits, Put, Get and SetFlags are for the holder of the latch only.
+func (r *Ring) Flags() uint64 {
+	if !r.enter() {
+		return RingFlagDaemon
+	}
+	defer r.exit()
+	return atomic.LoadUint64(r.word(ringOffFlags))
+}
+func (r *Ring) SetFlags(f uint64)      { atomic.StoreUint64(r.word(ringOffFlags), f) }
+func (r *Ring) tail() (uint64, uint64) { return split(atomic.LoadUint64(r.word(ringOffTail))) }
+func (r *Ring) head() (uint64, uint64) { return split(atomic.LoadUint64(r.word(ringOffHead))) }
+
+func split(x uint64) (pos, n uint64) { return x & ringPosMask, x >> ringPosBits }
+
+// Len returns the items and bytes in the ring, checked (under the latch).
+func (r *Ring) Len() (items, bytes uint64, err error) {
+	tp, tn := r.tail()
+	hp, hn := r.head()
+	used := (tp - hp) & ringPosMask
+	items = (tn - hn) & ringCountMax
+	if used > r.cap || items > used/recHeader || tp%recHeader != 0 || hp%recHeader != 0 {
+		return 0, 0, ErrRingCorrupt
+	}
+	return items, used, nil
+}
+
+// Peek returns the Len without the checks, for status (any time; zeros
+// once the ring is closed).
+func (r *Ring) Peek() (items, bytes uint64) {
+	if !r.enter() {
+		return 0, 0
+	}
+	defer r.exit()
+	tp, tn := r.tail()
+	hp, hn := r.head()
+	return (tn - hn) & ringCountMax, (tp - hp) & ringPosMask
+}
+
+func pad8(n uint64) uint64 { return (n + 7) &^ 7 }
+
+// Fits reports whether a record with n payload bytes fits now, given the
+// ring's maxsize (under the latch).
+func (r *Ring) Fits(n uint64) (bool, error) {
+	items, used, err := r.Len()
+	if err != nil {
+		return false, err
+	}
+	if r.maxsize > 0 && items >= r.maxsize {
+		return false, nil
+	}
+	tp, _ := r.tail()
+	idx := tp & (r.cap - 1)
+	need := recHeader + pad8(n)
+	if idx+need > r.cap {
+		need += r.cap - idx
+	}
+	return used+need <= r.cap, nil
+}
+
+// Put appends a record of kind with payload p; the caller checked Fits
+// (under the latch).
+func (r *Ring) Put(kind uint32, p []byte) {
+	tp, tn := r.tail()
+	idx := tp & (r.cap - 1)
+	need := recHeader + pad8(uint64(len(p)))
+	adv := need
+	if idx+need > r.cap {
+		r.header(idx, 0, RecPad)
+		adv += r.cap - idx
+		idx = 0
+	}
+	r.header(idx, uint32(len(p)), kind)
+	copy(r.mem[RingHeader+idx+recHeader:], p)
+	atomic.StoreUint64(r.word(ringOffTail), (tp+adv)&ringPosMask|((tn+1)&ringCountMax)<<ringPosBits)
+}
+
+func (r *Ring) header(idx uint64, n, kind uint32) {
+	b := r.mem[RingHeader+idx:]
+	binary.LittleEndian.PutUint32(b, n)
+	binary.LittleEndian.PutUint32(b[4:], kind)
+}
+
+// Get removes the head record and returns its kind and a copy of its
+// payload; ok is false when the ring is empty (under the latch).
+func (r *Ring) Get() (kind uint32, p []byte, ok bool, err error) {
+	items, used, err := r.Len()
+	if err != nil || items == 0 {
+		return 0, nil, false, err
+	}
+	hp, hn := r.head()
+	idx := hp & (r.cap - 1)
+	adv := uint64(0)
+	n, kind := r.readHeader(idx)
+	if kind == RecPad {
+		adv = r.cap - idx
+		idx = 0
+		n, kind = r.readHeader(idx)
+	}
+	if kind != RecItem && kind != RecExternal || uint64(n) > r.cap-idx-recHeader {
+		return 0, nil, false, ErrRingCorrupt
+	}
+	adv += recHeader + pad8(uint64(n))
+	if adv > used || kind == RecExternal && n != 8 {
+		return 0, nil, false, ErrRingCorrupt
+	}
+	p = make([]byte, n)
+	copy(p, r.mem[RingHeader+idx+recHeader:])
+	atomic.StoreUint64(r.word(ringOffHead), (hp+adv)&ringPosMask|((hn+1)&ringCountMax)<<ringPosBits)
+	return kind, p, true, nil
+}
+
+func (r *Ring) readHeader(idx uint64) (uint32, uint32) {
+	b := r.mem[RingHeader+idx : RingHeader+idx+recHeader]
+	return binary.LittleEndian.Uint32(b), binary.LittleEndian.Uint32(b[4:])
+}
