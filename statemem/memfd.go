@@ -13,7 +13,7 @@ import (
 // read-write. It has no name in any directory, so nothing is left behind
 // when the daemon dies and no other user can plant one in its place;
 // clients get it only as a descriptor passed over a connection (SCM_RIGHTS).
-// what names the memory in errors ("segment", "ring").
+// The file is named syncmgr-what ("state", "queue"), in /proc maps and errors.
 func sealedMemory(what string, size int64) (fd int, mem []byte, err error) {
 	fd, err = unix.MemfdCreate("syncmgr-"+what, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {

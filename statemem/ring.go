@@ -140,7 +140,7 @@ func NewRing(capacity, maxsize, inline uint64) (*Ring, error) {
 	if inline > capacity/4 {
 		inline = capacity / 4
 	}
-	fd, mem, err := sealedMemory("ring", int64(RingHeader)+int64(capacity))
+	fd, mem, err := sealedMemory("queue", int64(RingHeader)+int64(capacity))
 	if err != nil {
 		return nil, err
 	}
