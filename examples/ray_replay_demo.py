@@ -54,7 +54,13 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
                    help="where the plot, the JSON summary and the weights go")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     compare.add_arguments(p)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    given = {a.split("=")[0].lstrip("-").replace("-", "_") for a in (argv if argv is not None else sys.argv[1:])
+             if a.startswith("--")}
+    for name, value in config.ENVS[args.env].overrides:
+        if name not in given:
+            setattr(args, name, value)
+    return args
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -14,6 +14,26 @@ import numpy as np
 SHM_DIR = "/dev/shm"
 
 
+def descendants(root: int) -> list[int]:
+    """root and every process below it, from /proc."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(name))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, []))
+    return out
+
+
 class ShmWatch:
     """What this run put in /dev/shm: a snapshot before and after, and the names
     this process and its descendants (the daemon, Ray, the explorers) had mapped
@@ -30,18 +50,10 @@ class ShmWatch:
         return set(os.listdir(SHM_DIR)) if os.path.isdir(SHM_DIR) else set()
 
     def poll(self) -> None:
-        import psutil  # a dependency of Ray
-
         self.last_poll = time.monotonic()
-
-        me = psutil.Process()
-        try:
-            procs = [me, *me.children(recursive=True)]
-        except psutil.Error:
-            procs = [me]
+        procs = descendants(os.getpid())
         prefix = SHM_DIR + "/"
-        for p in procs:
-            pid = p.pid
+        for pid in procs:
             try:
                 with open(f"/proc/{pid}/maps") as f:
                     for line in f:

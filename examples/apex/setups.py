@@ -18,13 +18,13 @@
 from __future__ import annotations
 
 import base64
+import mmap
 import multiprocessing as mp
 import os
+import secrets
 import shutil
-import sys
 import tempfile
 import time
-from multiprocessing import shared_memory
 from typing import Any, Optional
 
 from . import actors
@@ -40,40 +40,35 @@ LABELS = {
 
 
 class PosixSegment:
-    """A ``multiprocessing.shared_memory`` segment that pickles by name and, once
-    attached elsewhere, is left to its creator: attaching processes unregister it
-    from their resource tracker, which would otherwise unlink it when they exit
-    (Python < 3.13 registers attachments too)."""
+    """A POSIX shared-memory file in /dev/shm, made and unlinked by the learner, that pickles by
+    name and maps again in the receiving process. (``multiprocessing.shared_memory`` would have
+    every attaching Ray worker register it with its own resource tracker, which unlinks it when
+    that worker exits, before Python 3.13.)"""
 
     def __init__(self, size: int = 0, name: Optional[str] = None) -> None:
+        self.owner = name is None
         if name is None:
-            self.shm = shared_memory.SharedMemory(create=True, size=size)
-            self.owner = True
+            name = f"apex-w-{os.getpid()}-{secrets.token_hex(4)}"
+            fd = os.open(os.path.join("/dev/shm", name), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+            os.ftruncate(fd, size)
         else:
-            self.shm = _attach_untracked(name)
-            self.owner = False
+            fd = os.open(os.path.join("/dev/shm", name), os.O_RDWR)
+        try:
+            self.name, self.map = name, mmap.mmap(fd, os.fstat(fd).st_size)
+        finally:
+            os.close(fd)
 
     @property
     def buf(self) -> memoryview:
-        return self.shm.buf  # type: ignore[return-value]
+        return memoryview(self.map)
 
     def __reduce__(self) -> tuple:
-        return (PosixSegment, (0, self.shm.name))
+        return (PosixSegment, (0, self.name))
 
     def destroy(self) -> None:
-        self.shm.close()
-        if self.owner:
-            self.shm.unlink()
-
-
-def _attach_untracked(name: str) -> shared_memory.SharedMemory:
-    if sys.version_info >= (3, 13):
-        return shared_memory.SharedMemory(name=name, track=False)  # type: ignore[call-arg]
-    from multiprocessing import resource_tracker
-
-    shm = shared_memory.SharedMemory(name=name)
-    resource_tracker.unregister(shm._name, "shared_memory")  # type: ignore[attr-defined]
-    return shm
+        if self.owner:  # the mapping goes with the process; views of it may still be alive
+            os.unlink(os.path.join("/dev/shm", self.name))
+            self.owner = False
 
 
 class RawSegment:
