@@ -66,6 +66,8 @@ class WeightsBroadcast:
 
     def publish(self, params: list[np.ndarray], updates: int, env_steps: int) -> int:
         """Write a new set (the caller is the only writer); returns its version."""
+        if [tuple(p.shape) for p in params] != self.shapes:
+            raise ValueError(f"arrays of shapes {[p.shape for p in params]} where the layout has {self.shapes}")
         view = self._bytes()
         v = int(self.version.value)
         if v & 1:
@@ -73,8 +75,6 @@ class WeightsBroadcast:
         self.version.value = v + 1
         view[:HEADER * 8].view(np.int64)[:] = (updates, env_steps)
         for (off, shape), p in zip(self.offsets, params):
-            if p.shape != shape:
-                raise ValueError(f"array of shape {p.shape} where the layout has {shape}")
             n = 4 * int(np.prod(shape))
             view[off:off + n].view(np.float32)[:] = p.ravel()
         self.version.value = v + 2
