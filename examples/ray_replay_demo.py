@@ -67,6 +67,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = parse_args(argv)
     if args.compare:
         return compare.main(args)
+    if args.env == "LunarLander-v3":
+        try:
+            import Box2D  # noqa: F401
+        except ImportError:
+            print("LunarLander-v3 needs gymnasium's box2d extra: "
+                  f"{sys.executable} -m pip install 'gymnasium[box2d]'", file=sys.stderr)
+            return 2
     cfg = config.Config(**{f.name: getattr(args, f.name) for f in dataclasses.fields(config.Config)}).resolved()
     auto = " (from the machine's CPUs)" if not args.explorers else ""
     print(f"Ape-X DQN on {cfg.env}, setup {cfg.setup}, seed {cfg.seed}: {cfg.explorers} explorers{auto} on "
