@@ -118,8 +118,8 @@ class ExplorerCore:
         q = q_forward(self.params, np.concatenate([b["obs"], b["next_obs"]]))
         q_obs, q_next = q[:len(b["act"])], q[len(b["act"]):]
         target = b["rew"] + b["discount"] * q_next.max(axis=1)
-        td = target - q_obs[np.arange(len(b["act"])), b["act"]]
-        return np.abs(td).astype(np.float64) + 1e-6
+        td = np.abs(target - q_obs[np.arange(len(b["act"])), b["act"]]).astype(np.float64) + 1e-6
+        return np.where(np.isfinite(td), td, 1.0)  # a non-finite priority would poison the sum tree
 
     def close(self) -> None:
         self.env.close()

@@ -123,6 +123,7 @@ def learn(cfg: Config, setup: Any, rb: Any, limiter: Any, weights: WeightsBroadc
     last_ins = last_smp = last_upd = 0
     t_first: Optional[float] = None
     inline_added = 0
+    nonfinite: list[dict] = []
 
     def tick(now: float, final: bool = False) -> None:
         nonlocal last_tick, last_ins, last_smp, last_upd, tm_last, streak, solved_at, reason
@@ -218,6 +219,11 @@ def learn(cfg: Config, setup: Any, rb: Any, limiter: Any, weights: WeightsBroadc
             y = s["rew"].ravel() + s["discount"].ravel() * best_next
             _, td, grads = net.loss_and_grads(s["obs"], act, y.astype(np.float32),
                                               s["weights"].ravel().astype(np.float32))
+            if not np.isfinite(td).all() or not all(np.isfinite(g).all() for g in grads):
+                # Never let one bad batch poison the network: skip it, say what was wrong, go on.
+                bad = [k for k in ("obs", "rew", "next_obs", "discount", "weights") if not np.isfinite(s[k]).all()]
+                nonfinite.append({"update": updates, "fields": bad or ["td"]})
+                continue
             net.apply(grads)
             t3 = time.perf_counter()
             rb.update_priorities(s["indexes"], np.abs(td).astype(np.float64) + 1e-6)
@@ -249,7 +255,7 @@ def learn(cfg: Config, setup: Any, rb: Any, limiter: Any, weights: WeightsBroadc
         c.close()
     return {"reason": reason, "solved": solved_at is not None, "solved_at": solved_at,
             "evaluations": evaluations, "episodes": episodes, "series": series, "updates": updates,
-            "samples": samples, "learn_seconds": max(now - t0, 1e-9),
+            "samples": samples, "nonfinite_batches": nonfinite, "learn_seconds": max(now - t0, 1e-9),
             "updating_seconds": max(now - t_first, 1e-9) if t_first is not None else 0.0,
             "timings": tm, "published_versions": len(published), "published": published,
             "weight_publications": updates // cfg.publish_every, "inline_explorers": inline_figs,

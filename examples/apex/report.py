@@ -162,6 +162,9 @@ def summary_lines(res: dict) -> list[str]:
         f"  weights               {res['weight_publications']} publications; explorers took "
         f"{sum(e['weight_pulls'] for e in ex)}, retried {sum(e['weight_retries'] for e in ex)} reads",
     ]
+    if res["nonfinite_batches"]:
+        lines.append(f"  non-finite batches    {len(res['nonfinite_batches'])} skipped, first: "
+                     f"{res['nonfinite_batches'][0]}")
     if res.get("replay_files"):
         where = (f"{res['replay_in_registry']} of them segments in syncmgr's registry"
                  if res["setup"] == "syncmgr" else "not in any registry")
@@ -205,7 +208,7 @@ def summary_json(res: dict, plot: str, weights: str) -> dict:
         "evaluations": [_eval_row(e) for e in res["evaluations"]],
         "final_return": res["mean_return_final"],
         "env_steps": sum(e["steps"] for e in ex), "updates": res["updates"], "samples": res["samples"],
-        "inserts": res["inserts"],
+        "inserts": res["inserts"], "nonfinite_batches": res["nonfinite_batches"],
         "throughput": {"added_per_s": sum(e["added"] for e in ex) / res["learn_seconds"],
                        "samples_per_s": res["samples"] / us, "updates_per_s": res["updates"] / us},
         "learner_ms_per_update": _ms(res),
