@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import signal
 import sys
 import tempfile
 from typing import Optional
@@ -70,6 +71,8 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
 
 def main(argv: Optional[list[str]] = None) -> int:
     args = parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C, so the run still stops its workers and removes what it made.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     if args.compare:
         return compare.main(args)
     if args.env == "LunarLander-v3":

@@ -212,17 +212,21 @@ class RaySetup(Setup):
     def shutdown(self) -> None:
         import ray
 
-        for a in self.actors:
-            ray.kill(a)
-        self.actors = []
-        super().shutdown()
-        if self.manager is not None:
-            self.manager.shutdown()
-        if self.own_ray:
-            ray.shutdown()
-            for p in self.temp_paths:
-                if os.path.basename(p).startswith("apex-ray-"):
-                    shutil.rmtree(p, ignore_errors=True)
+        try:
+            for a in self.actors:
+                ray.kill(a)
+            self.actors = []
+            super().shutdown()
+        finally:
+            try:
+                if self.manager is not None:
+                    self.manager.shutdown()
+            finally:
+                if self.own_ray:
+                    ray.shutdown()
+                    for p in self.temp_paths:
+                        if os.path.basename(p).startswith("apex-ray-"):
+                            shutil.rmtree(p, ignore_errors=True)
 
 
 class SyncmgrSetup(RaySetup):
