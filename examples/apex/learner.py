@@ -87,6 +87,7 @@ def run(cfg: Config, *, progress: bool = True, npz_path: Optional[str] = None) -
         if limiter is not None:
             limiter.stop()
         setup.shutdown()
+    res["manager_stop_seconds"] = getattr(setup, "manager_stop_seconds", None)
     res["wall_seconds"] = time.monotonic() - t_wall0
     common = os.path.commonprefix(sorted(registry)) if len(registry) > 1 else ""
     prefixes = (common[:common.rfind("-") + 1],) if common.count("-") >= 1 and len(common) > 3 else ()

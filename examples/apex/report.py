@@ -212,6 +212,7 @@ def summary_json(res: dict, plot: str, weights: str) -> dict:
         "throughput": {"added_per_s": sum(e["added"] for e in ex) / res["learn_seconds"],
                        "samples_per_s": res["samples"] / us, "updates_per_s": res["updates"] / us},
         "learner_ms_per_update": _ms(res),
+        "manager_stop_seconds": res["manager_stop_seconds"],
         "wall_seconds": res["wall_seconds"], "startup_seconds": res["startup_seconds"],
         "learn_seconds": res["learn_seconds"],
         "explorer_figures": ex, "evaluator": res["evaluator"],

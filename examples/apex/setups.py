@@ -151,6 +151,7 @@ class RaySetup(Setup):
         self.futures: list[Any] = []
         self.eval_future: Any = None
         self.actors: list[Any] = []
+        self.manager_stop_seconds: Optional[float] = None
 
     def start_ray(self, env: Optional[dict] = None) -> None:
         import ray
@@ -212,21 +213,25 @@ class RaySetup(Setup):
     def shutdown(self) -> None:
         import ray
 
+        # Ray first, so every worker's connections to the manager are closed before it stops:
+        # the daemon then stops with no client left and removes every segment at once.
         try:
             for a in self.actors:
                 ray.kill(a)
             self.actors = []
             super().shutdown()
+            if self.own_ray:
+                ray.shutdown()
         finally:
             try:
                 if self.manager is not None:
+                    t = time.monotonic()
                     self.manager.shutdown()
+                    self.manager_stop_seconds = time.monotonic() - t
             finally:
-                if self.own_ray:
-                    ray.shutdown()
-                    for p in self.temp_paths:
-                        if os.path.basename(p).startswith("apex-ray-"):
-                            shutil.rmtree(p, ignore_errors=True)
+                for p in self.temp_paths:
+                    if self.own_ray and os.path.basename(p).startswith("apex-ray-"):
+                        shutil.rmtree(p, ignore_errors=True)
 
 
 class SyncmgrSetup(RaySetup):
