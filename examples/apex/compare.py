@@ -20,7 +20,7 @@ from typing import Optional
 import numpy as np
 
 from .config import SETUPS, machine_cpus
-from .report import ShmWatch, load_json
+from .report import ShmWatch, load_json, write_json
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEMO = os.path.join(REPO, "examples", "ray_replay_demo.py")
@@ -35,12 +35,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--setups", default=",".join(SETUPS), help="with --compare: which setups, comma-separated")
     p.add_argument("--write-docs", action="store_true",
                    help="with --compare: rewrite the demo's section of docs/benchmarks.md")
+    p.add_argument("--tabulate", metavar="DIR", default=None,
+                   help="with --compare: no runs, tabulate the summaries an earlier --compare left in DIR")
 
 
 def _passthrough(argv: list[str]) -> list[str]:
     """The flags of the compare command line that every run takes too."""
     own = {"--compare", "--write-docs", "--quiet"}
-    with_value = {"--repeats", "--setups", "--setup", "--seed", "--out-dir"}
+    with_value = {"--repeats", "--setups", "--setup", "--seed", "--out-dir", "--tabulate"}
     out, it = [], iter(argv)
     for a in it:
         name = a.split("=")[0]
@@ -80,7 +82,18 @@ def main(args: argparse.Namespace) -> int:
     out_dir = os.path.join(args.out_dir, "compare")
     os.makedirs(out_dir, exist_ok=True)
     runs: dict[str, list[dict]] = {s: [] for s in setups}
-    failures = []
+    failures: list[str] = []
+    if args.tabulate:
+        for name in sorted(os.listdir(args.tabulate)):
+            if name.endswith(".json"):
+                s = load_json(os.path.join(args.tabulate, name))
+                if s["setup"] in runs:
+                    left = os.path.join(args.tabulate, f"left-{s['setup']}-seed{s['seed']}.txt")
+                    s["left_after_exit"] = (load_json(left)["left_after_exit"] if os.path.exists(left) else
+                                            [os.path.basename(p) for p in s["left_behind"]])
+                    s["_mtime"] = os.path.getmtime(os.path.join(args.tabulate, name))
+                    runs[s["setup"]].append(s)
+        return finish(runs, args, extra, out_dir, failures)
     order = [(setups[(r + i) % len(setups)], args.seed + r) for r in range(args.repeats) for i in range(len(setups))]
     for n, (setup, seed) in enumerate(order, 1):
         rc, s, left = run_one(setup, seed, extra, out_dir)
@@ -95,6 +108,13 @@ def main(args: argparse.Namespace) -> int:
               + (f"criterion at {at['wall_s']:.1f} s, {at['env_steps']} env steps" if at else f"not solved "
                  f"({s['reason']})")
               + f"; {s['throughput']['updates_per_s']:.0f} updates/s; left after exit: {len(left)}", flush=True)
+        write_json({k: s[k] for k in ("setup", "seed", "left_after_exit")},
+                   os.path.join(out_dir, f"left-{setup}-seed{seed}.txt"))
+    return finish(runs, args, extra, out_dir, failures)
+
+
+def finish(runs: dict[str, list[dict]], args: argparse.Namespace, extra: list[str], out_dir: str,
+           failures: list[str]) -> int:
     lines = table(runs, args, extra)
     plot_path = os.path.join(out_dir, "demo-compare.png")
     overlay(runs, plot_path)
@@ -118,21 +138,28 @@ def _stat(xs: list[float], fmt: str = "{:.0f}") -> str:
     return f"{fmt.format(float(np.median(xs)))} ({fmt.format(min(xs))}–{fmt.format(max(xs))})"
 
 
+def _utc(t: float) -> str:
+    return f"{datetime.datetime.fromtimestamp(t, datetime.timezone.utc):%Y-%m-%d %H:%M} UTC"
+
+
 def table(runs: dict[str, list[dict]], args: argparse.Namespace, extra: list[str]) -> list[str]:
     with open("/proc/loadavg") as f:
         load = " ".join(f.read().split()[:3])
     env = next((s["env"] for v in runs.values() for s in v), "CartPole-v1")
     any_s = next((s for v in runs.values() for s in v), None)
     rule = any_s["rule"] if any_s else ""
-    head = [f"Ape-X DQN on {env}, {args.repeats} seeds per setup ({args.seed}..{args.seed + args.repeats - 1}), "
-            f"setups interleaved ({datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, "
-            f"{machine_cpus()} CPUs, load average at the end {load} (1/5/15 min), Python "
+    times = [s["_mtime"] for v in runs.values() for s in v if "_mtime" in s]
+    when = (f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, load average at the end {load} "
+            "(1/5/15 min)" if not times else f"runs ended {_utc(min(times))}–{_utc(max(times))[-9:]}")
+    seeds = sorted({s["seed"] for v in runs.values() for s in v})
+    head = [f"Ape-X DQN on {env}, {max((len(v) for v in runs.values()), default=0)} seeds per setup "
+            f"({', '.join(map(str, seeds))}), setups interleaved ({when}, {machine_cpus()} CPUs, Python "
             f"{platform.python_version()}{', flags ' + ' '.join(extra) if extra else ''}). Criterion: {rule}. "
             "Wall-clock is from the moment every worker was up; medians, with min–max in brackets over the "
             "runs that met the criterion.", "",
             "| setup | met | wall-clock to criterion (s) | env steps to criterion | updates to criterion | "
-            "final return | inserted/s | sampled/s | learner updates/s | workers up (s) |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            "s per 100k env steps | final return | inserted/s | sampled/s | learner updates/s | workers up (s) |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     rows = []
     for setup, v in runs.items():
         solved = [s for s in v if s["solved_at"]]
@@ -140,6 +167,7 @@ def table(runs: dict[str, list[dict]], args: argparse.Namespace, extra: list[str
             f"| {setup} | {len(solved)}/{len(v)} | {_stat([s['solved_at']['wall_s'] for s in solved], '{:.1f}')} | "
             f"{_stat([s['solved_at']['env_steps'] for s in solved])} | "
             f"{_stat([s['solved_at']['updates'] for s in solved])} | "
+            f"{_stat([1e5 * s['solved_at']['wall_s'] / s['solved_at']['env_steps'] for s in solved], '{:.1f}')} | "
             f"{_stat([s['final_return'] for s in v])} | "
             f"{_stat([s['throughput']['added_per_s'] for s in v])} | "
             f"{_stat([s['throughput']['samples_per_s'] for s in v])} | "
@@ -149,12 +177,17 @@ def table(runs: dict[str, list[dict]], args: argparse.Namespace, extra: list[str
              "to the criterion should match across setups: their spread is the algorithm's own (seed to seed, "
              "and the explorers' asynchrony), not the coordination's. Only wall-clock should differ, by how "
              "fast each setup moves transitions, samples and weights. The rate limiter holds every setup at "
-             "the same samples-per-insert ratio, so the env steps per learner update are the same too."]
+             "the same samples-per-insert ratio, so the env steps per learner update are the same too. With "
+             "5 seeds the algorithm's own spread in env steps is wide enough to hide the coordination in the "
+             "wall-clock medians; seconds per 100k env steps (wall-clock to the criterion over env steps to "
+             "it) takes it out and compares the setups' speed on the same work."]
     for setup, v in runs.items():
-        left = [n for s in v for n in s.get("left_after_exit", [])]
+        runs_left = [s for s in v if s.get("left_after_exit")]
+        left = [n for s in runs_left for n in s["left_after_exit"]]
         pend = max((len(s["shm_pending_atexit"]) for s in v), default=0)
-        notes.append(f"- {setup}: left behind after each run's process exited: "
-                     f"{len(left) if left else 'nothing'}"
+        notes.append(f"- {setup}: left behind after the run's process exited: "
+                     + (f"{len(left)} file(s) in {len(runs_left)} of {len(v)} runs ({', '.join(left)})" if left
+                        else "nothing")
                      + (f" ({pend} cpprb SharedMemory files per run waited for its atexit hook)" if pend else ""))
     return head + rows + notes
 
