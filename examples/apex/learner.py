@@ -138,7 +138,8 @@ def learn(cfg: Config, setup: Any, rb: Any, limiter: Any, weights: WeightsBroadc
                  "ratio": smp / ins if ins else None}
         if du:
             spent = {k: (tm[k] - tm_last[k]) / du for k in tm}
-            spent["other"] = max(0.0, dt / du - sum(spent.values()))
+            span = now - max(last_tick, t_first if t_first is not None else last_tick)  # not the warm-up
+            spent["other"] = max(0.0, span / du - sum(spent.values()))
             point["ms_per_update"] = {k: 1e3 * v for k, v in spent.items()}
         if keep:
             series.append(point)
