@@ -89,9 +89,10 @@ def run(cfg: Config, *, progress: bool = True, npz_path: Optional[str] = None) -
         setup.shutdown()
     res["manager_stop_seconds"] = getattr(setup, "manager_stop_seconds", None)
     res["wall_seconds"] = time.monotonic() - t_wall0
-    common = os.path.commonprefix(sorted(registry)) if len(registry) > 1 else ""
-    prefixes = (common[:common.rfind("-") + 1],) if common.count("-") >= 1 and len(common) > 3 else ()
-    left, foreign = watch.left(registry, prefixes)
+    # The daemon names every segment at random ("syncmgr-<random>-sm-<random>"): a new file is the
+    # run's only if its registry listed it or one of its processes mapped or opened it, never by
+    # its name's prefix (other daemons on the machine make files with the same prefix).
+    left, foreign = watch.left(registry)
     res["shm_pending_atexit"] = [n for n in left if cfg.setup == "syncmanager" and n.startswith("psm_")]
     res["shm_left"] = [n for n in left if n not in res["shm_pending_atexit"]]
     res["shm_foreign"] = foreign

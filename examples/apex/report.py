@@ -70,12 +70,12 @@ class ShmWatch:
             except OSError:
                 continue  # exited meanwhile, or not ours to read
 
-    def left(self, extra_names: set[str], prefixes: tuple[str, ...] = ()) -> tuple[list[str], list[str]]:
+    def left(self, extra_names: set[str]) -> tuple[list[str], list[str]]:
         """(files the run left behind, new files it never touched): a new file
-        is the run's if its processes touched it, it is named in extra_names
-        or it starts with one of prefixes (its own daemon's file prefix)."""
+        is the run's if its processes touched it or it is named in extra_names
+        (its daemon's registry)."""
         new = self.listing() - self.before
-        ours = sorted(n for n in new if n in self.touched or n in extra_names or (prefixes and n.startswith(prefixes)))
+        ours = sorted(n for n in new if n in self.touched or n in extra_names)
         return ours, sorted(new - set(ours))
 
 
