@@ -157,3 +157,12 @@ def test_the_same_job_on_syncmanager_with_cpprbs_setup(tmp_path) -> None:
     # Only cpprb's own SharedMemory segments remain, for its atexit hook; gone once the process has exited.
     assert all(n.startswith("psm_") for n in s["shm_pending_atexit"])
     assert not [n for n in s["shm_pending_atexit"] if os.path.exists(os.path.join("/dev/shm", n))]
+
+
+def test_explorers_and_the_limiter_scale_with_the_cores() -> None:
+    small, big = Config(num_cpus=2).resolved(), Config(num_cpus=16).resolved()
+    assert (small.explorers, big.explorers) == (2, 14)
+    assert big.tolerance > small.tolerance  # room for one add of every explorer at once
+    assert big.tolerance >= big.explorers * (big.chunk + big.nstep) * big.replay_ratio
+    assert Config(num_cpus=16, explorers=3).resolved().explorers == 3  # a flag given wins
+    assert len(big.epsilons()) == 14 and big.epsilons()[0] == 0.4 and big.epsilons()[-1] < 0.001
