@@ -70,7 +70,8 @@ def run(cfg: Config, *, progress: bool = True, npz_path: Optional[str] = None) -
         stop.set()
         limiter.stop()
         explorers, ev = setup.join(stats_q, timeout=120)
-        res["explorers"], res["evaluator"] = explorers or learned.pop("inline_explorers", []), ev
+        inline = res.pop("inline_explorers")
+        res["explorers"], res["evaluator"] = explorers or inline, ev
         res["stored"] = rb.get_stored_size()
         res["inserts"], res["samples_granted"] = limiter.counts()
         watch.poll()
