@@ -1,8 +1,9 @@
 // Package manager holds the semantics of syncmgr's shared objects, the
 // registry that names them, and the sessions (client processes) that hold
 // them. It knows nothing of sockets or frames: a transport (the socket
-// server in package server, a shared-memory fast path later) maps requests
-// to the methods here.
+// server in package server) maps requests to the methods here, and
+// same-host clients change the fast path's shared words and Queue rings
+// themselves (fastpath.go, queue_ring.go).
 //
 // The 13 kinds, one file per family of semantics:
 //
@@ -50,7 +51,8 @@
 // attached session is taken over, a latch wait keeps the request's
 // deadline and a session's end never waits on another session's latch
 // (semaphore.go, deferLatched), and a sweep (sweepFast) frees Lock and
-// RLock words naming no live slot and clears daemon bits nobody set.
+// RLock words naming no live slot and clears daemon bits nobody set and
+// heir fields naming no live slot.
 // fastwait.go lists the fast-path waiters from the segment's waiter records
 // and clears a session's record and heir reservations when it ends.
 package manager

@@ -18,7 +18,9 @@
 //
 // Dial sends its ready frame as soon as it is connected (once more without
 // it for a daemon older than that), and retries a limit answer or a
-// handshake the daemon dropped until its context's deadline.
+// handshake the daemon dropped until its context's deadline (10 s when it
+// has none). WithFastPath (fastpath.go) puts Lock, RLock, Condition-lock,
+// Semaphore and Event handles on the same-host fast path.
 //
 // An error means no effect. Every call that can block takes a
 // context.Context; a deadline is also sent as the op's timeout, so the

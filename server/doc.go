@@ -8,7 +8,9 @@
 // ops_sync.go (Lock, RLock, Semaphore, BoundedSemaphore, Condition, Event,
 // Barrier, Value), ops_queue.go (Queue, JoinableQueue; ops_queue_fast.go:
 // queue_attach, which passes a Queue's ring with SCM_RIGHTS), ops_containers.go
-// (dict, Namespace, list) and ops_shm.go (shared-memory segments). A handler
+// (dict, Namespace, list), ops_shm.go (shared-memory segments) and
+// ops_fastpath.go (fastpath_attach, which passes the state segment with
+// SCM_RIGHTS, and fastpath_ref). A handler
 // reads its arguments and calls the manager; a granting op returns the
 // manager's Grant with its reply. errors.go is the one place Go errors
 // become wire codes.

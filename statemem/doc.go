@@ -14,19 +14,21 @@
 // memory: it never reads a kind, an offset or a length back from the
 // segment to manage it, and bounds every value it does read there (words,
 // ledger entries, latches) by what the object can hold. It runs its own
-// socket-path ops on the same words with the same compare-and-swap protocol. When it has waiters of its own queued on an
-// object it sets the word's daemon bit (BitDaemon), which sends every client
-// to the socket path for that object until the queue is empty. When a
-// session ends it releases the words that name the session's slot id and
-// gives back the Semaphore units its ledger entries count; a Semaphore's
-// latch (see SemAcquire) lets it recount a session killed mid-op.
+// socket-path ops on the same words with the same compare-and-swap
+// protocol. When it has waiters of its own queued on an object it sets the
+// word's daemon bit (BitDaemon), which sends every client to the socket
+// path for that object until the queue is empty. When a session ends it
+// releases the words that name the session's slot id and gives back the
+// Semaphore units its ledger entries count; a Semaphore's latch (see
+// SemAcquire) lets it recount a session killed mid-op.
 //
 // Waits (waiters.go) stay on the futex for their whole timeout; each waiting
 // thread holds an entry of its session slot's waiter record in the segment,
 // which the daemon reads for status and clears when the session ends. Locks
-// and RLocks wake one sleeper per release and bound unfairness as Go's
-// sync.Mutex does: a waiter that has waited StarveAfter becomes the heir,
-// for whom the next free turn is reserved.
+// and RLocks wake one sleeper per release. Locks, RLocks and Semaphores
+// bound unfairness as Go's sync.Mutex does: a waiter that has waited
+// StarveAfter becomes the heir, for whom the next free turn (a Semaphore's
+// last free unit) is reserved.
 //
 // A Queue's items live apart, in a Ring (ring.go): a byte ring of records
 // in a sealed anonymous memory file of its own, passed to clients with
@@ -35,7 +37,7 @@
 // of a session killed mid-op is letting go of its latch. The daemon checks
 // every position and length it reads from a ring.
 //
-// The layout (layout.go, ring.go) is the contract with the C extension of the Python
-// client (pyclient/csrc/); docs/protocol.md, section "Same-host
-// fast path", describes it for other implementations.
+// The layout (layout.go, waiters.go, ring.go) is the contract with the C
+// extension of the Python client (pyclient/csrc/); docs/protocol.md,
+// section "Same-host fast path", describes it for other implementations.
 package statemem

@@ -164,7 +164,7 @@ class RaySetup(Setup):
         if not ray.is_initialized():
             # A temp dir of the run's own, removed at the end: Ray leaves its session
             # directories behind otherwise. Started after the manager, so Ray's processes
-            # inherit SYNCMGR_ADDRESS and SYNCMGR_AUTHKEY (no runtime_env, which would cost
+            # inherit SYNCMGR_ADDRESS and SYNCMGR_AUTHKEY_FILE (no runtime_env, which would cost
             # each actor a worker set-up of its own).
             tmp = tempfile.mkdtemp(prefix="apex-ray-")
             self.temp_paths.append(tmp)
