@@ -28,6 +28,10 @@ type conn struct {
 	log  zerolog.Logger
 	sess *manager.Session
 	peer string // who the client is: "unix:uid:pid" or "tcp:address"; counted in srv.peerConns once set
+	// sameUser: a Unix peer running as the daemon's own uid, the only one
+	// given the fast path's memory (a descriptor passed with SCM_RIGHTS
+	// bypasses the 0600 mode that would stop anyone else).
+	sameUser bool
 
 	ctx    context.Context // cancelled when the connection ends
 	cancel context.CancelFunc
@@ -257,6 +261,7 @@ func (c *conn) checkPeer() (string, error) {
 		c.writeHandshakeError(wire.CodeAuthFailed, "peer runs as another user")
 		return "", errors.New("peer uid differs from the server's (see --allow-other-users)")
 	}
+	c.sameUser = cred.Uid == uint32(os.Geteuid())
 	return fmt.Sprintf("unix:%d:%d", cred.Uid, cred.Pid), nil
 }
 

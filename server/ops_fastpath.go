@@ -52,14 +52,19 @@ func fastpathOps(t *opTable) {
 
 // fastpathAllowed checks that this connection may use the fast path: the
 // daemon has a segment, the client is on a Unix socket (so on this host;
-// a TCP client maps nothing), and the session's end hook, which releases
-// the words naming its slot, is registered.
+// a TCP client maps nothing) and runs as the daemon's own user (root and,
+// with --allow-other-users, other users may connect, but they never get a
+// writable descriptor of the daemon's memory), and the session's end hook,
+// which releases the words naming its slot, is registered.
 func (c *conn) fastpathAllowed() error {
 	if c.srv.mgr.FastSegment() == nil {
 		return wire.Errorf(wire.CodeUnknownOp, "the fast path is disabled on this server")
 	}
 	if c.nc.LocalAddr().Network() != "unix" {
 		return wire.Errorf(wire.CodeUnknownOp, "the fast path is only for Unix-socket clients")
+	}
+	if !c.sameUser {
+		return wire.Errorf(wire.CodeUnknownOp, "the fast path is only for the daemon's own user")
 	}
 	if !c.srv.mgr.AttachFastPath(c.sess) {
 		return wire.Errorf(wire.CodeUnknownOp, "the fast path is not available to this session")

@@ -37,7 +37,7 @@ func opQueueAttach(c *conn, id uint64, a wire.Args) (any, manager.Grant, error) 
 		return nil, manager.Grant{}, wire.Errorf(wire.CodeUnknownOp, "the queue fast path is only for Unix-socket clients")
 	}
 	frame, err := wire.EncodeReply(id, nil, map[string]any{"size": r.Size(), "slot": int64(slot),
-		"capacity": int64(r.Capacity()), "inline": int64(r.Inline())})
+		"capacity": int64(r.Capacity()), "inline": int64(r.Inline()), "maxsize": int64(r.Maxsize())})
 	if err != nil {
 		return nil, manager.Grant{}, err
 	}

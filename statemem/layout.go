@@ -14,6 +14,8 @@ package statemem
 //	12  u32  SlotSize (64)
 //	16  u32  Capacity (object slots including the header)
 //	20  u32  reserved
+//	24  u32  the waiter table's offset in bytes (0: none; waiters.go)
+//	28  u32  the waiter table's number of records
 //
 // Object slot (64 bytes, one cache line, so that hot words of different
 // objects never share a line):
@@ -27,7 +29,9 @@ package statemem
 //	         owner took it by compare-and-swap (for status; 0 = unknown)
 //	40  u32  ledger: a Semaphore's ledger offset in the segment (bytes)
 //	44  u32  ledger length: entries in that ledger
-//	48..63   reserved, zero
+//	48  u32  heir: the session slot a starving waiter reserved the next
+//	         free turn for (Lock, RLock, Semaphore; 0 = none; waiters.go)
+//	52..63   reserved, zero
 //
 // A Semaphore's ledger is a run of LedgerSlots object slots holding
 // LedgerLen u32 entries (their tag fields are entries too: a scan of the

@@ -174,6 +174,10 @@ func (r *Ring) Capacity() uint64 { return r.cap }
 // Inline returns the largest item clients write into the ring.
 func (r *Ring) Inline() uint64 { return r.inline }
 
+// Maxsize returns the items the ring holds at most (0: no limit), as the
+// daemon keeps it (clients get it from queue_attach's reply).
+func (r *Ring) Maxsize() uint64 { return r.maxsize }
+
 // Close retires the ring: its daemon flag is set and its sleepers woken (a
 // client that still maps it goes to the daemon, which no longer knows the
 // queue), its file is closed, and the daemon's mapping goes once no

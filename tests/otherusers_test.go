@@ -28,11 +28,26 @@ func TestHelperDialAsAnotherUser(t *testing.T) {
 	defer cancel()
 	c, err := proxy.Dial(ctx, addr, key, proxy.WithServerUID(uid))
 	if err == nil {
+		defer c.Close()
 		_, err = c.Call(ctx, "ping", nil, nil)
-		c.Close()
 	}
 	if err != nil {
 		fmt.Println("dial:", err)
+		return
+	}
+	// The daemon's memory (state segment, Queue rings) is for its own user
+	// only, whatever lets another user connect.
+	if _, err := c.Call(ctx, "fastpath_attach", nil, nil); err == nil {
+		fmt.Println("fastpath granted")
+		return
+	}
+	q := map[string]any{"kind": "queue", "name": "q"}
+	if _, err := c.Call(ctx, "create", q, nil); err != nil {
+		fmt.Println("dial: create a queue:", err)
+		return
+	}
+	if _, err := c.Call(ctx, "queue_attach", q, nil); err == nil {
+		fmt.Println("queue ring granted")
 		return
 	}
 	fmt.Println("ok")
@@ -73,7 +88,7 @@ func TestAllowOtherUsers(t *testing.T) {
 		cmd.Env = env("SYNCMGR_TEST_DIAL="+sock, "SYNCMGR_TEST_KEY="+key, "SYNCMGR_TEST_SERVER_UID="+fmt.Sprint(victimUID))
 		out, _ := cmd.CombinedOutput()
 		for _, line := range strings.Split(string(out), "\n") {
-			if line == "ok" || strings.HasPrefix(line, "dial:") {
+			if line == "ok" || strings.HasPrefix(line, "dial:") || strings.HasSuffix(line, " granted") {
 				return line
 			}
 		}

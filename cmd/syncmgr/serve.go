@@ -91,7 +91,7 @@ func runServe(ctx context.Context, args []string) error {
 		return err
 	}
 	if !found {
-		return fmt.Errorf("%w: no authkey: set SYNCMGR_AUTHKEY to a hex key or pass --authkey-file; make one with:\n  export SYNCMGR_AUTHKEY=$(syncmgr keygen)", errUsage)
+		return fmt.Errorf("%w: no authkey: set SYNCMGR_AUTHKEY to a hex key or SYNCMGR_AUTHKEY_FILE to a key file, or pass --authkey-file; make one with:\n  export SYNCMGR_AUTHKEY=$(syncmgr keygen)", errUsage)
 	}
 	if err := auth.CheckKey(key); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)

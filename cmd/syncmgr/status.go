@@ -28,7 +28,7 @@ import (
 func runStatus(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	addr := fs.String("address", defaultAddress(), "daemon address: a socket path or tcp://host:port (default $SYNCMGR_ADDRESS)")
-	keyFile := fs.String("authkey-file", "", "file holding the authkey as hex (default $SYNCMGR_AUTHKEY)")
+	keyFile := fs.String("authkey-file", "", "file holding the authkey as hex (default: $SYNCMGR_AUTHKEY, then $SYNCMGR_AUTHKEY_FILE)")
 	limit := fs.Int("limit", 1000, "list at most this many objects")
 	tlsCA := fs.String("tls-ca", os.Getenv("SYNCMGR_TLS_CA"), "TLS: CA file to trust for a tcp:// address (default $SYNCMGR_TLS_CA; TLS is used when set)")
 	tlsCert := fs.String("tls-cert", os.Getenv("SYNCMGR_TLS_CERT"), "TLS: client certificate (PEM) (default $SYNCMGR_TLS_CERT)")
@@ -49,7 +49,7 @@ func runStatus(ctx context.Context, args []string) error {
 		return err
 	}
 	if !found {
-		return fmt.Errorf("%w: no authkey: set SYNCMGR_AUTHKEY or pass --authkey-file", errUsage)
+		return fmt.Errorf("%w: no authkey: set SYNCMGR_AUTHKEY or SYNCMGR_AUTHKEY_FILE, or pass --authkey-file", errUsage)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

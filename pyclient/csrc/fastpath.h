@@ -135,6 +135,8 @@ typedef int (*acquire_core)(Segment *s, uint64_t *w, uint64_t slot, uint64_t tid
 
 static inline PyObject *result(int r) { return r < 0 ? NULL : PyLong_FromLong(r); }
 
+/* fp_module.c */
+void *map_daemon_memory(int fd, Py_ssize_t size, const char *what);
 /* fp_wait.c */
 void futex_wake_all(uint64_t *w);
 void futex_wake_one(uint64_t *w);

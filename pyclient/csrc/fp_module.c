@@ -51,6 +51,37 @@ static PyObject *seg_invalidate(Segment *s, PyObject *const *args, Py_ssize_t na
 
 /* --- the Segment type ---------------------------------------------------- */
 
+/*
+ * map_daemon_memory maps size bytes of fd, a descriptor the daemon passed
+ * (its state segment or a Queue ring), read-write, after checking that it is
+ * what the daemon makes: a regular file of this user, mode 0600, of exactly
+ * size bytes, sealed against shrinking and growing (so nobody can truncate
+ * it under the mapping: a SIGBUS). NULL with a Python exception otherwise;
+ * what names the memory in the error.
+ */
+void *map_daemon_memory(int fd, Py_ssize_t size, const char *what) {
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        return NULL;
+    }
+    if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077) != 0 || st.st_size != size) {
+        PyErr_Format(PyExc_PermissionError, "not a usable %s (type, owner, mode or size)", what);
+        return NULL;
+    }
+    int seals = fcntl(fd, F_GET_SEALS);
+    if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW)) {
+        PyErr_Format(PyExc_PermissionError, "not a usable %s (not sealed against resizing)", what);
+        return NULL;
+    }
+    void *p = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        return NULL;
+    }
+    return p;
+}
+
 static int seg_init(Segment *s, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"fd", "size", NULL};
     int fd;
@@ -65,28 +96,9 @@ static int seg_init(Segment *s, PyObject *args, PyObject *kw) {
         PyErr_Format(PyExc_ValueError, "bad segment size %zd", size);
         return -1;
     }
-    struct stat st;
-    if (fstat(fd, &st) < 0) {
-        PyErr_SetFromErrno(PyExc_OSError);
+    void *p = map_daemon_memory(fd, size, "segment");
+    if (p == NULL)
         return -1;
-    }
-    if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077) != 0 || st.st_size != size) {
-        PyErr_SetString(PyExc_PermissionError,
-                        "not a usable segment (type, owner, mode or size)");
-        return -1;
-    }
-    /* The daemon's memfd is sealed against resizing: nobody can truncate it
-     * under our mapping (a SIGBUS). An fd without those seals is refused. */
-    int seals = fcntl(fd, F_GET_SEALS);
-    if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW)) {
-        PyErr_SetString(PyExc_PermissionError, "not a usable segment (not sealed against resizing)");
-        return -1;
-    }
-    void *p = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) {
-        PyErr_SetFromErrno(PyExc_OSError);
-        return -1;
-    }
     unsigned char *b = p;
     uint32_t version, slot, cap;
     memcpy(&version, b + 8, 4);

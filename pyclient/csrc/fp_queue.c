@@ -51,7 +51,7 @@ typedef struct {
     size_t size;
     uint64_t cap;     /* from the daemon's reply, not from the ring */
     uint64_t inline_max;
-    uint64_t maxsize; /* the ring header's: only bounds our own puts */
+    uint64_t maxsize; /* from queue_attach's reply: bounds our own puts */
     uint64_t slot;
     int detached;
 } Ring;
@@ -853,11 +853,11 @@ static PyObject *ring_poke(Ring *r, PyObject *const *args, Py_ssize_t nargs) {
 }
 
 static int ring_init(Ring *r, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"fd", "size", "capacity", "inline", "slot", NULL};
+    static char *kwlist[] = {"fd", "size", "capacity", "inline", "slot", "maxsize", NULL};
     int fd;
     Py_ssize_t size;
-    unsigned long long cap, inl, slot;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "inKKK", kwlist, &fd, &size, &cap, &inl, &slot))
+    unsigned long long cap, inl, slot, maxsize;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "inKKKK", kwlist, &fd, &size, &cap, &inl, &slot, &maxsize))
         return -1;
     if (r->base != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "ring already mapped");
@@ -868,20 +868,9 @@ static int ring_init(Ring *r, PyObject *args, PyObject *kw) {
         PyErr_SetString(PyExc_ValueError, "bad ring layout");
         return -1;
     }
-    struct stat st;
-    if (fstat(fd, &st) < 0) {
-        PyErr_SetFromErrno(PyExc_OSError);
+    void *p = map_daemon_memory(fd, size, "ring");
+    if (p == NULL)
         return -1;
-    }
-    if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || st.st_size != size) {
-        PyErr_SetString(PyExc_PermissionError, "not a usable ring (type, owner or size)");
-        return -1;
-    }
-    void *p = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) {
-        PyErr_SetFromErrno(PyExc_OSError);
-        return -1;
-    }
     if (LOAD((uint64_t *)p) != RING_MAGIC || ((uint32_t *)p)[2] != RING_VERSION ||
         ((uint32_t *)p)[3] != RING_HEADER || LOAD((uint64_t *)((unsigned char *)p + R_CAP)) != cap) {
         munmap(p, (size_t)size);
@@ -892,7 +881,7 @@ static int ring_init(Ring *r, PyObject *args, PyObject *kw) {
     r->size = (size_t)size;
     r->cap = cap;
     r->inline_max = inl;
-    r->maxsize = LOAD((uint64_t *)((unsigned char *)p + 24));
+    r->maxsize = maxsize; /* from the daemon's reply: nothing read from the ring is trusted */
     r->slot = slot;
     return 0;
 }
@@ -940,7 +929,7 @@ static PyTypeObject RingType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "syncmgr._fastpath.Ring",
     .tp_basicsize = sizeof(Ring),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Ring(fd, size, capacity, inline, slot): a Queue's shared ring",
+    .tp_doc = "Ring(fd, size, capacity, inline, slot, maxsize): a Queue's shared ring",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)ring_init,
     .tp_dealloc = (destructor)ring_dealloc,

@@ -619,7 +619,7 @@ def _open_ring(fp: FastPath, kind: str, name: str) -> Any:
             if err is not None or len(fds) != 1 or int(info["slot"]) != fp.slot:
                 return None
             return _ext.Ring(fds[0], int(info["size"]), int(info["capacity"]),  # type: ignore[union-attr]
-                             int(info["inline"]), fp.slot)
+                             int(info["inline"]), fp.slot, int(info["maxsize"]))
         except (exc.SyncMgrError, OSError, ValueError, KeyError, TypeError):
             conn.close()  # the stream cannot be trusted: a fresh one next time
             fp.ring_conn = None

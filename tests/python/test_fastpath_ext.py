@@ -25,6 +25,8 @@ fp = pytest.importorskip("syncmgr._fastpath")
 MAGIC = 0x5752474D434E5953
 SLOTS = 16
 SIZE = SLOTS * 64
+RING_MAGIC = 0x5152474D434E5953  # "SYNCMGRQ"
+RING_HEADER = 128 + 16 * 1024  # statemem.RingHeader
 BIT_WAITERS = 1 << 29
 BIT_DAEMON = 1 << 30
 LOCK, RLOCK, EVENT, VALUE, SEM = 64, 128, 192, 256, 320  # object offsets used below
@@ -382,3 +384,21 @@ def test_semaphore_of_one_excludes_across_processes(seg_path: str) -> None:
         assert struct.unpack("<Q", f.read(8))[0] == 6000
     assert seg.state(SEM) == 1
     assert [seg.sem_taken(SEM, i + 1) for i in range(3)] == [0, 0, 0]
+
+
+@pytest.mark.parametrize("seals,mode", [(fcntl.F_SEAL_SHRINK, 0o600), (fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW, 0o644)])
+def test_ring_refuses_unsealed_or_open_files(seals: int, mode: int) -> None:
+    # A Queue ring is checked as the state segment is: a descriptor that could
+    # be resized under the mapping, or that others could open, is refused,
+    # however right its size and header.
+    cap = 4096
+    size = RING_HEADER + cap
+    fd = os.memfd_create("ring", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        os.fchmod(fd, mode)
+        os.pwrite(fd, struct.pack("<QIIQ", RING_MAGIC, 1, RING_HEADER, cap).ljust(size, b"\0"), 0)
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
+        with pytest.raises(PermissionError, match="ring"):
+            fp.Ring(fd, size, cap, 1024, 1, 0)
+    finally:
+        os.close(fd)
