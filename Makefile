@@ -8,7 +8,7 @@ PY      := $(VENV)/bin/python
 BIN     := bin/syncmgr
 GOFILES := $(shell find . -name '*.go' -not -path './.venv/*' 2>/dev/null)
 
-.PHONY: all build venv test test-go test-py test-py-socket test-outside test-wheel wheel wheel-all lint lint-py fuzz demo demo-compare bench bench-smoke bench-targets bench-targets-smoke bench-scale bench-scale-smoke soak soak-smoke clean
+.PHONY: all build venv test test-go test-py test-py-socket test-outside test-wheel wheel wheel-all lint lint-py fuzz demo demo-compare bench bench-main bench-smoke bench-targets bench-targets-smoke bench-scale bench-scale-smoke soak soak-smoke clean
 
 all: build
 
@@ -101,11 +101,13 @@ $(VENV)/.bench-installed: $(VENV)/.installed
 	$(PY) -m pip install -q -e "./pyclient[bench]"
 	touch $@
 
-# The full benchmark: prints the tables and rewrites docs/benchmarks.md
-# (the scale section too).
-bench: build venv $(VENV)/.bench-installed
+# The full benchmark: prints the tables and rewrites docs/benchmarks.md,
+# every section (the main comparison, the targets and the Queue rows, the
+# scale section). Each part is a target of its own below.
+bench: bench-main bench-targets bench-scale
+
+bench-main: build venv $(VENV)/.bench-installed
 	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) -m bench $(BENCH_ARGS)
-	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) bench/scale.py
 
 # N client processes (1, 8, 32, 64; 256 with >= 16 CPUs), spawn and fork:
 # Locks, a Semaphore(4), Event.is_set and ping-pong against multiprocessing
@@ -122,9 +124,11 @@ bench-scale-smoke: build venv
 bench-smoke: build venv
 	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) -m bench --smoke --no-redis
 
-# Issue 13's targets (fast path, hand-off, killed holder, cpprb table, Queue
-# ring figure) in one interleaved run; rewrites its own section of
-# docs/benchmarks.md. faster-fifo is optional (its row is skipped without it).
+# The fast path's targets (Lock, Semaphore, Event and Value ops, hand-off,
+# killed holder, cpprb table) and the Queue's (items/s against faster-fifo,
+# multiprocessing.Queue, SyncManager and the socket path), each in one
+# interleaved run; each rewrites its own section of docs/benchmarks.md.
+# faster-fifo is optional (its rows are skipped without it).
 bench-targets: build venv $(VENV)/.bench-installed
 	-$(PY) -m pip install -q faster-fifo
 	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) bench/targets.py $(BENCH_ARGS)
