@@ -10,7 +10,8 @@ started by spawn and by fork, each looping for a fixed time on:
 * ``pingpong``: pairs of processes bouncing a pair of Events (set/wait/clear);
   one op is a round trip (N >= 2; an odd process out sits it out).
 
-Aggregate ops/s (sum over the processes) and p50/p99 latency of one op
+Aggregate ops/s (every process's ops over the wall-clock window from the
+first one's start to the last one's end) and p50/p99 latency of one op
 (sampled: one op in SAMPLE is timed alone) for three systems: syncmgr (the
 fast path), syncmgr's socket path (``SYNCMGR_FASTPATH=0``) and
 ``multiprocessing``'s own primitives. Medians over interleaved rounds (the
@@ -86,7 +87,7 @@ def env(extra: dict[str, str]) -> Iterator[None]:
 # the client processes
 
 
-def _lock_loop(acq: Callable[[], Any], rel: Callable[[], Any], secs: float) -> tuple[int, float, list[int]]:
+def _lock_loop(acq: Callable[[], Any], rel: Callable[[], Any], secs: float) -> tuple[int, int, int, list[int]]:
     pc = time.perf_counter_ns
     lat: list[int] = []
     n = 0
@@ -103,10 +104,10 @@ def _lock_loop(acq: Callable[[], Any], rel: Callable[[], Any], secs: float) -> t
         lat.append(t1 - t0)
         n += SAMPLE
         if t1 >= end:
-            return n, (t1 - start) / 1e9, lat
+            return n, start, t1, lat
 
 
-def _is_set_loop(f: Callable[[], Any], secs: float) -> tuple[int, float, list[int]]:
+def _is_set_loop(f: Callable[[], Any], secs: float) -> tuple[int, int, int, list[int]]:
     pc = time.perf_counter_ns
     lat: list[int] = []
     n = 0
@@ -121,10 +122,10 @@ def _is_set_loop(f: Callable[[], Any], secs: float) -> tuple[int, float, list[in
         lat.append(t1 - t0)
         n += SAMPLE
         if t1 >= end:
-            return n, (t1 - start) / 1e9, lat
+            return n, start, t1, lat
 
 
-def _ping(ping: Any, pong: Any, secs: float) -> tuple[int, float, list[int]]:
+def _ping(ping: Any, pong: Any, secs: float) -> tuple[int, int, int, list[int]]:
     pc = time.perf_counter_ns
     lat: list[int] = []
     n = 0
@@ -140,14 +141,14 @@ def _ping(ping: Any, pong: Any, secs: float) -> tuple[int, float, list[int]]:
         t1 = pc()
         lat.append(t1 - t0)
         n += 1
-    return n, (t1 - start) / 1e9, lat
+    return n, start, t1, lat
 
 
-def _pong(ping: Any, pong: Any, secs: float) -> tuple[int, float, list[int]]:
+def _pong(ping: Any, pong: Any, secs: float) -> tuple[int, int, int, list[int]]:
     while ping.wait(max(1.0, secs)):  # the pinger stopped when no ping comes for that long
         ping.clear()
         pong.set()
-    return 0, 0.0, []
+    return 0, 0, 0, []
 
 
 def _child(i: int, objs: dict[str, Any], workloads: list[str], barrier: Any, secs: float, conn: Any,
@@ -178,7 +179,7 @@ def _child(i: int, objs: dict[str, Any], workloads: list[str], barrier: Any, sec
                 out[w] = _is_set_loop(objs["event"].is_set, secs)
             elif w == "pingpong":
                 if i >= 2 * (len(objs["own"]) // 2):  # no partner (N odd): sits it out
-                    out[w] = (0, 0.0, [])
+                    out[w] = (0, 0, 0, [])
                 else:
                     ping, pong = objs["pairs"][i // 2]
                     out[w] = (_ping if i % 2 == 0 else _pong)(ping, pong, secs)
@@ -235,8 +236,14 @@ def measure(system: str, method: str, n: int, m: Any, workloads: list[str], secs
         raise RuntimeError(f"{system} {method} N={n}: {errors[0]}")
     out: dict[str, Any] = {}
     for w in workloads:
-        rate = sum(r[w][0] / r[w][1] for r in results if r[w][1] > 0)
-        lat = [x for r in results for x in r[w][2]]
+        # Total ops over the wall-clock window from the first process's
+        # start to the last one's end (perf_counter is CLOCK_MONOTONIC, one
+        # clock for every process): a sum of per-process rates would count
+        # windows that did not overlap as if they had.
+        done = [r[w] for r in results if r[w][0] > 0]
+        span = (max(d[2] for d in done) - min(d[1] for d in done)) / 1e9 if done else 0.0
+        rate = sum(d[0] for d in done) / span if span > 0 else 0.0
+        lat = [x for r in results for x in r[w][3]]
         out[w] = {"ops_s": rate, "lat": lat}
     return out
 
