@@ -47,6 +47,29 @@ static int latch_wait(Segment *s, uint64_t *w, uint64_t x, double *since) {
     return r == 0 ? 1 : r;
 }
 
+/*
+ * sem_wake is the wake-up a commit owes when the word has sleepers and units
+ * are free: one sleeper (the heir's threads while there is an heir), not all
+ * of them, so that hundreds of waiters do not stampede for one unit. The
+ * sleepers bit stays set while anyone may still sleep, so the next commit
+ * that frees a unit wakes the next one; a taker that leaves units free wakes
+ * another, and a woken waiter that leaves without a unit passes its wake-up
+ * on (wait_done). When the wake-up finds nobody asleep the bit is cleared
+ * (by CAS on the word just committed): a thread about to sleep then sees the
+ * word change and looks again.
+ */
+static void sem_wake(uint64_t *w, uint64_t committed) {
+    long woke = 0;
+    if (LOAD(HEIR_OF(w)) != 0)
+        woke = syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE_BITSET, INT_MAX, NULL, NULL, WAKE_HEIR);
+    if (woke <= 0)
+        woke = syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, 1, NULL, NULL, 0);
+    if (woke == 0) {
+        uint64_t x = committed;
+        CAS(w, &x, committed & ~BIT_WAITERS);
+    }
+}
+
 /* Frees slot's latch adding delta to the free units; 0 when the latch is
  * not slot's any more (the daemon took it over: our session ended). */
 static int sem_commit(uint64_t *w, uint64_t slot, int64_t delta) {
@@ -54,10 +77,10 @@ static int sem_commit(uint64_t *w, uint64_t slot, int64_t delta) {
         uint64_t x = LOAD(w);
         if (latched(x) != slot)
             return 0;
-        uint64_t n = (x & ~(MASK_LATCH | BIT_WAITERS | MASK_LOW)) | (uint64_t)((int64_t)(x & MASK_LOW) + delta);
+        uint64_t n = (x & ~(MASK_LATCH | MASK_LOW)) | (uint64_t)((int64_t)(x & MASK_LOW) + delta);
         if (CAS(w, &x, n)) {
-            if (x & BIT_WAITERS)
-                futex_wake_all(w);
+            if ((n & BIT_WAITERS) && (n & MASK_LOW) > 0)
+                sem_wake(w, n);
             return 1;
         }
     }
