@@ -354,6 +354,18 @@ static void be(unsigned char *p, uint64_t v, int n) {
         p[i] = (unsigned char)v;
 }
 
+/* A msgpack str 8/16/32 or bin 8/16/32 length header: code8 is the 8-bit
+ * form's code (0xd9 str, 0xc4 bin); the 16- and 32-bit forms follow it.
+ * Returns the end of the header, or NULL for a length over 2^32-1. */
+static unsigned char *len_header(unsigned char *h, uint64_t n, unsigned char code8) {
+    int w = n <= 0xff ? 1 : n <= 0xffff ? 2 : n <= 0xffffffffULL ? 4 : 0;
+    if (w == 0)
+        return NULL;
+    *h++ = (unsigned char)(code8 + (w == 1 ? 0 : w == 2 ? 1 : 2));
+    be(h, n, w);
+    return h + w;
+}
+
 static uint64_t rd_be(const unsigned char *p, int n) {
     uint64_t v = 0;
     for (int i = 0; i < n; i++)
@@ -418,40 +430,16 @@ static int encode_scalar(PyObject *o, unsigned char *hdr, uint64_t *nh, const vo
             PyErr_Clear();
             return 0;
         }
-        if (n < 32) {
+        if (n < 32)
             *h++ = (unsigned char)(0xa0 | n);
-        } else if (n <= 0xff) {
-            *h++ = 0xd9;
-            *h++ = (unsigned char)n;
-        } else if (n <= 0xffff) {
-            *h++ = 0xda;
-            be(h, (uint64_t)n, 2);
-            h += 2;
-        } else if ((uint64_t)n <= 0xffffffffULL) {
-            *h++ = 0xdb;
-            be(h, (uint64_t)n, 4);
-            h += 4;
-        } else {
+        else if ((h = len_header(h, (uint64_t)n, 0xd9)) == NULL)
             return 0;
-        }
         *body = u;
         *nb = (uint64_t)n;
     } else if (PyBytes_CheckExact(o)) {
         Py_ssize_t n = PyBytes_GET_SIZE(o);
-        if (n <= 0xff) {
-            *h++ = 0xc4;
-            *h++ = (unsigned char)n;
-        } else if (n <= 0xffff) {
-            *h++ = 0xc5;
-            be(h, (uint64_t)n, 2);
-            h += 2;
-        } else if ((uint64_t)n <= 0xffffffffULL) {
-            *h++ = 0xc6;
-            be(h, (uint64_t)n, 4);
-            h += 4;
-        } else {
+        if ((h = len_header(h, (uint64_t)n, 0xc4)) == NULL)
             return 0;
-        }
         *body = PyBytes_AS_STRING(o);
         *nb = (uint64_t)n;
     } else {
