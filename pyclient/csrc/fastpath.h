@@ -139,8 +139,8 @@ static inline PyObject *result(int r) { return r < 0 ? NULL : PyLong_FromLong(r)
 void *map_daemon_memory(int fd, Py_ssize_t size, const char *what);
 /* fp_wait.c */
 void futex_wake_all(uint64_t *w);
-void futex_wake_one(uint64_t *w);
-void futex_wake_heir(uint64_t *w);
+long futex_wake_one(uint64_t *w);
+long futex_wake_heir(uint64_t *w);
 uint32_t *waiter_record(Segment *s, uint64_t slot);
 void wait_done(uint64_t *w, Wait *wt, int r);
 int sleep_on_bits(Segment *s, uint64_t *w, uint64_t x, Wait *wt, uint32_t bits);

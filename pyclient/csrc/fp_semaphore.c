@@ -59,11 +59,9 @@ static int latch_wait(Segment *s, uint64_t *w, uint64_t x, double *since) {
  * word change and looks again.
  */
 static void sem_wake(uint64_t *w, uint64_t committed) {
-    long woke = 0;
-    if (LOAD(HEIR_OF(w)) != 0)
-        woke = syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE_BITSET, INT_MAX, NULL, NULL, WAKE_HEIR);
+    long woke = LOAD(HEIR_OF(w)) != 0 ? futex_wake_heir(w) : 0;
     if (woke <= 0)
-        woke = syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, 1, NULL, NULL, 0);
+        woke = futex_wake_one(w);
     if (woke == 0) {
         uint64_t x = committed;
         CAS(w, &x, committed & ~BIT_WAITERS);

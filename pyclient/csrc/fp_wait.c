@@ -5,14 +5,16 @@ void futex_wake_all(uint64_t *w) {
     syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
-/* One sleeper (the kernel wakes them in arrival order): a Lock's release. */
-void futex_wake_one(uint64_t *w) {
-    syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, 1, NULL, NULL, 0);
+/* One sleeper (the kernel wakes them in arrival order): a Lock's release.
+ * Returns how many it woke (0 or 1; -1 on error). */
+long futex_wake_one(uint64_t *w) {
+    return syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, 1, NULL, NULL, 0);
 }
 
-/* The heir's threads only: a release while a starving waiter is the heir. */
-void futex_wake_heir(uint64_t *w) {
-    syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE_BITSET, INT_MAX, NULL, NULL, WAKE_HEIR);
+/* The heir's threads only: a release while a starving waiter is the heir.
+ * Returns how many it woke (-1 on error). */
+long futex_wake_heir(uint64_t *w) {
+    return syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE_BITSET, INT_MAX, NULL, NULL, WAKE_HEIR);
 }
 
 static uint64_t coarse_ns(void) {
