@@ -11,8 +11,11 @@ medians over rounds; ratios printed) of:
 * 1 MiB numpy arrays, one producer -> this process;
 * the same process putting and getting one 1 MiB array (latency).
 
-syncmgr runs as two columns: "syncmgr" (the same-host fast path: the
-queue's ring) and "syncmgr socket" (``SYNCMGR_FASTPATH=0``). faster-fifo is
+syncmgr runs as three columns: "syncmgr" (the same-host fast path: the
+queue's ring), "syncmgr socket" (``SYNCMGR_FASTPATH=0`` clients of a queue
+that has a ring) and "syncmgr socket, no ring" (a second daemon started with
+``--fastpath-dir none``, whose queues keep their items in the daemon as
+before rings existed: the socket path's baseline). faster-fifo is
 optional (``pip install faster-fifo``); without it its columns are left out.
 
     python bench/queue_targets.py            # full run; rewrites its section of docs/benchmarks.md
@@ -38,11 +41,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import targets as T  # noqa: E402
 
 import syncmgr  # noqa: E402
+from syncmgr._daemon import PrivateDaemon  # noqa: E402
 
 DOC = T.DOC
 BEGIN, END = "<!-- queue-targets:begin -->", "<!-- queue-targets:end -->"
-FF, MPQ = "faster-fifo", "multiprocessing.Queue"
-SYSTEMS = (FF, MPQ, T.FAST, T.SOCK, T.SYNCM)
+FF, MPQ, NORING = "faster-fifo", "multiprocessing.Queue", "syncmgr socket, no ring"
+SYSTEMS = (FF, MPQ, T.FAST, T.SOCK, NORING, T.SYNCM)
+_noring: list[Any] = []  # the manager of the daemon without rings, while run() runs
 SMALL = b"12345678"
 
 
@@ -59,12 +64,14 @@ def make_queue(s: str, m: Any, sm: SyncManager, big: bool) -> Any:
         return T.fork().Queue()
     if s == T.SYNCM:
         return sm.Queue()
+    if s == NORING:
+        return _noring[0].Queue()
     with T.env(T.env_of(s)):
         return m.Queue()
 
 
 def _put_batch(q: Any, s: str, items: list[Any]) -> None:
-    if s in (FF, T.FAST, T.SOCK):
+    if s in (FF, T.FAST, T.SOCK, NORING):
         q.put_many(items, timeout=30)
     else:
         for x in items:
@@ -74,7 +81,7 @@ def _put_batch(q: Any, s: str, items: list[Any]) -> None:
 def _get_batch(q: Any, s: str, k: int) -> int:
     if s == FF:
         return len(q.get_many(timeout=30, max_messages_to_get=k))
-    if s in (T.FAST, T.SOCK):
+    if s in (T.FAST, T.SOCK, NORING):
         return len(q.get_many(k, timeout=30))
     q.get(timeout=30)
     return 1
@@ -116,7 +123,8 @@ def throughput_once(s: str, kind: str, producers: int, m: Any, sm: SyncManager, 
     for _ in range(producers):
         rd, wr = f.Pipe(duplex=False)
         pipes.append((rd, wr))
-        p = T.track(f.Process(target=_producer, args=(q, s, kind, per, rd, T.env_of(s)), daemon=True))
+        env = T.NOFAST if s == NORING else T.env_of(s)
+        p = T.track(f.Process(target=_producer, args=(q, s, kind, per, rd, env), daemon=True))
         p.start()
         ps.append(p)
     t = time.perf_counter_ns()
@@ -187,6 +195,8 @@ def run(smoke: bool) -> dict[str, Any]:
     sm.start()
     m = syncmgr.Manager()
     m.start()
+    nd = PrivateDaemon(args=("--fastpath-dir", "none")).start()
+    _noring[:] = [syncmgr.connect(nd.address, nd.key)]
     R: dict[str, Any] = {"rows": {}, "note": note, "systems": systems,
                          "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
     try:
@@ -196,7 +206,7 @@ def run(smoke: bool) -> dict[str, Any]:
             got: dict[str, list[float]] = {s: [] for s in systems}
             for r in range(cfg["rounds"]):
                 for s in T.rotated(systems, r):
-                    slow = s in (T.SYNCM, T.SOCK) and not smoke
+                    slow = s in (T.SYNCM, T.SOCK, NORING) and not smoke
                     n = cfg["n"][kind] // (10 if slow and kind != "same" else 1)
                     if kind == "same":
                         if s == FF:
@@ -210,6 +220,8 @@ def run(smoke: bool) -> dict[str, Any]:
     finally:
         T.reap()
         m.shutdown()
+        _noring.clear()
+        nd.stop()
         sm.shutdown()
     return R
 
@@ -233,6 +245,12 @@ def report(R: dict[str, Any], md: bool) -> str:
             rows.append([s, cell, ratio_cell(vals.get(T.FAST), vals.get(s), lower) if s != T.FAST else "1.00x"])
         out.append(f"{row} ({ROWS[row][2]}; last column: syncmgr's ring vs that row's system)")
         out.append(T.table(["queue", ROWS[row][2], "syncmgr ring vs it"], rows, md))
+    sock = [[row, ratio_cell(vals.get(T.SOCK), vals.get(NORING), ROWS[row][2].startswith("s "))]
+            for row, vals in R["rows"].items() if T.SOCK in vals and NORING in vals]
+    if sock:
+        out.append("Socket-path clients of a queue that fast-path clients also use (its items in the ring), "
+                   "against the socket path of a daemon without rings (above 1.00x: no slower)")
+        out.append(T.table(["workload", "syncmgr socket vs syncmgr socket, no ring"], sock, md))
     if R["note"]:
         out.append(R["note"])
     return "\n\n".join(out)
