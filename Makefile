@@ -8,7 +8,7 @@ PY      := $(VENV)/bin/python
 BIN     := bin/syncmgr
 GOFILES := $(shell find . -name '*.go' -not -path './.venv/*' 2>/dev/null)
 
-.PHONY: all build venv test test-go test-py test-py-socket test-outside test-wheel wheel wheel-all lint lint-py fuzz demo demo-compare bench bench-main bench-smoke bench-targets bench-targets-smoke bench-scale bench-scale-smoke soak soak-smoke clean
+.PHONY: all build venv test test-go test-py test-py-socket test-outside test-wheel wheel wheel-all lint lint-py fuzz demo demo-compare bench bench-main bench-smoke bench-targets bench-targets-smoke bench-scale bench-scale-smoke bench-queue-kills soak soak-smoke clean
 
 all: build
 
@@ -103,8 +103,8 @@ $(VENV)/.bench-installed: $(VENV)/.installed
 
 # The full benchmark: prints the tables and rewrites docs/benchmarks.md,
 # every section (the main comparison, the targets and the Queue rows, the
-# scale section). Each part is a target of its own below.
-bench: bench-main bench-targets bench-scale
+# scale section, the Queue kill loops). Each part is a target of its own below.
+bench: bench-main bench-targets bench-scale bench-queue-kills
 
 bench-main: build venv $(VENV)/.bench-installed
 	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) -m bench $(BENCH_ARGS)
@@ -119,6 +119,12 @@ bench-scale: build venv
 # N=1 and 4, a tenth of a second per cell: checks that it runs (not its numbers).
 bench-scale-smoke: build venv
 	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) bench/scale.py --smoke
+
+# >= 1000 SIGKILLs at every labelled step of a Queue op on the ring, counted
+# (duplicates, lost items, uncommitted puts seen, wedges); exits non-zero on
+# any violation and rewrites its section of docs/benchmarks.md.
+bench-queue-kills: build venv
+	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) bench/queue_kills.py $(KILLS_ARGS)
 
 # A few seconds of every benchmark, to check that it runs (not its numbers).
 bench-smoke: build venv
@@ -138,6 +144,7 @@ bench-targets: build venv $(VENV)/.bench-installed
 bench-targets-smoke: build venv
 	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) bench/targets.py --smoke
 	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) bench/queue_targets.py --smoke
+	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) bench/queue_kills.py --smoke
 
 clean:
 	rm -rf bin $(VENV) dist pyclient/build
