@@ -14,7 +14,7 @@ import tempfile
 import pytest
 
 import syncmgr
-from conftest import BIN, start_daemon, start_daemon_proc
+from conftest import BIN, start_daemon, start_daemon_proc, wait_until
 
 
 def _leaks(key: bytes, blob: bytes) -> bool:
@@ -89,7 +89,6 @@ def test_file_descriptor_limit_costs_only_new_connections():
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     raw = []
     try:
-        from conftest import wait_until
 
         assert wait_until(lambda: os.path.exists(sock_path), timeout=15)
         m = syncmgr.connect(sock_path, key)
@@ -179,8 +178,12 @@ def test_tls_over_tcp(tmp_path):
     d = start_daemon("--tcp", "127.0.0.1:0", "--tls-cert", str(cert), "--tls-key", str(key), "--log-format", "json",
                      "--log-level", "info")
     try:
-        with open(d.log) as f:
-            port = re.search(r'"tcp":"127\.0\.0\.1:(\d+)"', f.read()).group(1)
+        def listening() -> re.Match[str] | None:
+            with open(d.log) as f:
+                return re.search(r'"tcp":"127\.0\.0\.1:(\d+)"', f.read())
+
+        assert wait_until(lambda: listening() is not None), "the daemon never logged its TCP address"
+        port = listening().group(1)  # type: ignore[union-attr]
         addr = f"tcp://127.0.0.1:{port}"
         ctx = ssl.create_default_context(cafile=str(cert))
         m = syncmgr.connect(addr, d.key, ssl_context=ctx)
