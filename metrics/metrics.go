@@ -26,7 +26,21 @@ type Snapshot struct {
 	ShmSegments int
 	QueueItems  map[string]int64 // items held by queues, by kind
 	QueueBytes  map[string]int64 // their bytes, by kind
+	// Queues is each queue's depth and waiters, the deepest first, at most
+	// MaxQueueSeries of them (a bounded number of series per scrape).
+	Queues []QueueDepth
 }
+
+// QueueDepth is one queue's gauges.
+type QueueDepth struct {
+	Kind, Name   string
+	Items, Bytes int64
+	Waiters      int
+}
+
+// MaxQueueSeries bounds the queues reported one by one: the deepest ones
+// (by items, then bytes); every queue still counts in the by-kind totals.
+const MaxQueueSeries = 100
 
 // Source returns the current Snapshot; it is called once per scrape.
 type Source func() Snapshot
@@ -165,13 +179,21 @@ var (
 	descShmSegs = prometheus.NewDesc(namespace+"_shm_segments", "Shared-memory segments the daemon owns.", nil, nil)
 	descQItems  = prometheus.NewDesc(namespace+"_queue_items", "Items held by queues now, by kind.", []string{"kind"}, nil)
 	descQBytes  = prometheus.NewDesc(namespace+"_queue_bytes", "Bytes of the items held by queues now, by kind.", []string{"kind"}, nil)
+	queueLabels = []string{"kind", "name"}
+	descQDepth  = prometheus.NewDesc(namespace+"_queue_depth_items",
+		"Items one queue holds now (the deepest queues, at most 100).", queueLabels, nil)
+	descQDepthB = prometheus.NewDesc(namespace+"_queue_depth_bytes",
+		"Bytes of the items one queue holds now (the deepest queues, at most 100).", queueLabels, nil)
+	descQWait = prometheus.NewDesc(namespace+"_queue_waiters",
+		"Gets and puts waiting on one queue now, socket and same-host clients (the deepest queues, at most 100).",
+		queueLabels, nil)
 )
 
 // snapshotCollector reports the Source's Snapshot at scrape time.
 type snapshotCollector Metrics
 
 func (c *snapshotCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descSessions, descObjects, descWaiters, descShmUsed, descShmLimit, descShmSegs, descQItems, descQBytes} {
+	for _, d := range []*prometheus.Desc{descSessions, descObjects, descWaiters, descShmUsed, descShmLimit, descShmSegs, descQItems, descQBytes, descQDepth, descQDepthB, descQWait} {
 		ch <- d
 	}
 }
@@ -199,5 +221,13 @@ func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for kind, n := range s.QueueBytes {
 		ch <- prometheus.MustNewConstMetric(descQBytes, prometheus.GaugeValue, float64(n), kind)
+	}
+	for i, q := range s.Queues {
+		if i == MaxQueueSeries {
+			break
+		}
+		ch <- prometheus.MustNewConstMetric(descQDepth, prometheus.GaugeValue, float64(q.Items), q.Kind, q.Name)
+		ch <- prometheus.MustNewConstMetric(descQDepthB, prometheus.GaugeValue, float64(q.Bytes), q.Kind, q.Name)
+		ch <- prometheus.MustNewConstMetric(descQWait, prometheus.GaugeValue, float64(q.Waiters), q.Kind, q.Name)
 	}
 }

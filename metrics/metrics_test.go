@@ -3,6 +3,7 @@ package metrics_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -31,7 +32,8 @@ func TestEndpointServesCountersGaugesAndHealth(t *testing.T) {
 	m := metrics.New()
 	m.SetSource(func() metrics.Snapshot {
 		return metrics.Snapshot{Sessions: 3, Objects: map[string]int{"lock": 2, "queue": 1},
-			Waiters: map[string]int{"lock": 1}, ShmUsed: 4096, ShmLimit: 1 << 20, ShmSegments: 1}
+			Waiters: map[string]int{"lock": 1}, ShmUsed: 4096, ShmLimit: 1 << 20, ShmSegments: 1,
+			Queues: []metrics.QueueDepth{{Kind: "queue", Name: "jobs", Items: 7, Bytes: 700, Waiters: 2}}}
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -72,6 +74,9 @@ func TestEndpointServesCountersGaugesAndHealth(t *testing.T) {
 		`syncmgr_shm_bytes 4096`,
 		`syncmgr_shm_limit_bytes 1.048576e+06`,
 		`syncmgr_shm_segments 1`,
+		`syncmgr_queue_depth_items{kind="queue",name="jobs"} 7`,
+		`syncmgr_queue_depth_bytes{kind="queue",name="jobs"} 700`,
+		`syncmgr_queue_waiters{kind="queue",name="jobs"} 2`,
 		`go_goroutines `,
 		`process_resident_memory_bytes `,
 	} {
@@ -122,5 +127,25 @@ func TestEndpointIsLoopbackUnlessAllowed(t *testing.T) {
 	}
 	if err := metrics.CheckAddress(ctx, "no-port", false); err == nil {
 		t.Error("CheckAddress without a port: nil error")
+	}
+}
+
+func TestQueueSeriesAreBounded(t *testing.T) {
+	m := metrics.New()
+	qs := make([]metrics.QueueDepth, metrics.MaxQueueSeries+50)
+	for i := range qs {
+		qs[i] = metrics.QueueDepth{Kind: "queue", Name: fmt.Sprintf("q%d", i), Items: int64(len(qs) - i)}
+	}
+	m.SetSource(func() metrics.Snapshot { return metrics.Snapshot{Queues: qs} })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := metrics.Listen(ctx, "127.0.0.1:0", false, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	_, body := scrape(t, "http://"+s.Addr().String()+"/metrics")
+	if n := strings.Count(body, "syncmgr_queue_depth_items{"); n != metrics.MaxQueueSeries {
+		t.Fatalf("%d per-queue series, want at most %d", n, metrics.MaxQueueSeries)
 	}
 }

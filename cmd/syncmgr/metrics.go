@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"sort"
 
 	"github.com/rs/zerolog"
 
@@ -65,7 +66,22 @@ func stateSource(mgr *manager.Manager, shm *shmregistry.Registry) metrics.Source
 			if o.Kind == manager.KindQueue || o.Kind == manager.KindJoinableQueue {
 				s.QueueItems[string(o.Kind)] += o.Items
 				s.QueueBytes[string(o.Kind)] += o.Bytes
+				s.Queues = append(s.Queues, metrics.QueueDepth{Kind: string(o.Kind), Name: o.Name, Items: o.Items,
+					Bytes: o.Bytes, Waiters: o.Waiters})
 			}
+		}
+		sort.Slice(s.Queues, func(i, j int) bool {
+			a, b := s.Queues[i], s.Queues[j]
+			if a.Items != b.Items {
+				return a.Items > b.Items
+			}
+			if a.Bytes != b.Bytes {
+				return a.Bytes > b.Bytes
+			}
+			return a.Name < b.Name
+		})
+		if len(s.Queues) > metrics.MaxQueueSeries {
+			s.Queues = s.Queues[:metrics.MaxQueueSeries]
 		}
 		if shm != nil {
 			s.ShmUsed, s.ShmLimit = shm.Usage()

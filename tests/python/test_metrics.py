@@ -208,3 +208,30 @@ def test_fast_path_dead_holder_is_counted_with_its_hold_time(daemon, monkeypatch
     with open(daemon.log) as f:
         log = f.read()
     assert '"name":"fast-dead"' in log and '"held_seconds"' in log
+
+
+def test_each_queue_shows_its_depth_bytes_and_waiters(daemon, monkeypatch):
+    """Per-queue gauges: items and bytes put by a same-host client into the
+    queue's ring, and a same-host getter asleep on another queue's ring (the
+    daemon sees neither op; it reads the ring)."""
+    from syncmgr import _fast
+
+    base = _endpoint(daemon)
+    monkeypatch.setenv("SYNCMGR_FASTPATH", "1")
+    m = syncmgr.connect(daemon.address, daemon.key)
+    full, empty = m.Queue(name="metrics-full"), m.Queue(name="metrics-empty")
+    if not _fast.active(full):
+        pytest.skip(f"fast path not available here: {_fast.reasons.get(daemon.address, 'no extension')}")
+    for x in (b"x" * 1000, "two", 3):
+        full.put(x)
+    text = _metrics_once(base, 'syncmgr_queue_depth_items{kind="queue",name="metrics-full"}', 3)
+    assert _value(text, 'syncmgr_queue_depth_bytes{kind="queue",name="metrics-full"}') >= 1000
+    waiter = threading.Thread(target=lambda: empty.get(timeout=30), daemon=True)
+    waiter.start()
+    _metrics_once(base, 'syncmgr_queue_waiters{kind="queue",name="metrics-empty"}', 1)
+    full.put("wake")  # another queue: the waiter stays
+    empty.put("wake")
+    waiter.join(10)
+    assert not waiter.is_alive()
+    _metrics_once(base, 'syncmgr_queue_waiters{kind="queue",name="metrics-empty"}', 0)
+    _metrics_once(base, 'syncmgr_queue_depth_items{kind="queue",name="metrics-full"}', 4)
