@@ -210,3 +210,7 @@ func (q *Queue) fastGet(ctx context.Context, wait bool) (bool, any, error) {
 	}
 	return false, nil, nil
 }
+
+// FastPath reports whether the queue's items are on the fast path (its
+// ring mapped); ops still go to the daemon whenever the ring says so.
+func (q *Queue) FastPath() bool { return q.qr != nil }
