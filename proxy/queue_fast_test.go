@@ -512,3 +512,59 @@ func TestQueueRingConcurrentMixed(t *testing.T) {
 		}
 	}
 }
+
+// A closed client's Queue does not touch the ring: its ops answer
+// ErrClosed, and the items stay for others.
+func TestQueueRingClosedClient(t *testing.T) {
+	rs := serveRing(t)
+	ctx := bctx(t)
+	a := dialC(t, rs.path, proxy.WithFastPath())
+	b := dialC(t, rs.path, proxy.WithFastPath())
+	aq, _ := a.Queue(ctx, "closed", 0)
+	bq, _ := b.Queue(ctx, "closed", 0)
+	if !aq.FastPath() || !bq.FastPath() {
+		t.Fatal("the queue is not on the ring")
+	}
+	if err := bq.Put(ctx, "kept"); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	if _, err := aq.TryGet(ctx); !errors.Is(err, proxy.ErrClosed) {
+		t.Fatalf("TryGet after Close: %v", err)
+	}
+	if err := aq.Put(ctx, "lost"); !errors.Is(err, proxy.ErrClosed) {
+		t.Fatalf("Put after Close: %v", err)
+	}
+	if _, err := aq.Len(ctx); !errors.Is(err, proxy.ErrClosed) {
+		t.Fatalf("Len after Close: %v", err)
+	}
+	if n, _ := bq.Len(ctx); n != 1 {
+		t.Fatalf("Len %d", n)
+	}
+	if v, err := bq.Get(ctx); err != nil || v != "kept" {
+		t.Fatalf("get %v %v", v, err)
+	}
+}
+
+// SYNCMGR_FASTPATH=0 keeps a fast client's Queue on the socket.
+func TestQueueRingOffByEnv(t *testing.T) {
+	t.Setenv("SYNCMGR_FASTPATH", "0")
+	rs := serveRing(t)
+	ctx := bctx(t)
+	a := dialC(t, rs.path, proxy.WithFastPath())
+	q, err := a.Queue(ctx, "env", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.FastPath() {
+		t.Fatal("the queue is on the ring with SYNCMGR_FASTPATH=0")
+	}
+	puts := rs.ops(t, wire.OpPut)
+	if err := q.Put(ctx, "x"); err != nil {
+		t.Fatal(err)
+	}
+	rs.waitOps(t, wire.OpPut, puts+1)
+	if v, err := q.Get(ctx); err != nil || v != "x" {
+		t.Fatalf("get %v %v", v, err)
+	}
+}
