@@ -3,6 +3,7 @@ package statemem
 import (
 	"encoding/binary"
 	"fmt"
+	"os"
 	"runtime"
 	"sync/atomic"
 	"time"
@@ -41,6 +42,23 @@ type ClientRing struct {
 	inline  uint64
 	maxsize uint64
 	slot    uint64
+}
+
+// ringKillStep: tests only: the process kills itself at this labelled
+// step of a ring op (0: never), as the Python extension's
+// _set_queue_kill_step does, with the same labels: put 1 latch taken, 2
+// record written, 3 committed; get 11 latch taken, 12 item copied and
+// taken by the caller, 13 committed; 21 leaving a sleep.
+var ringKillStep atomic.Int32
+
+// SetRingKillStep arms the kill hook (tests only; 0 disarms it).
+func SetRingKillStep(n int) { ringKillStep.Store(int32(n)) }
+
+func step(n int32) {
+	if ringKillStep.Load() == n {
+		_ = unix.Kill(os.Getpid(), unix.SIGKILL)
+		select {} // the signal is on its way
+	}
 }
 
 // OpenRing maps the ring behind fd (passed by queue_attach) with the
@@ -208,13 +226,16 @@ func (r *ClientRing) Put(p []byte, d time.Duration) Result {
 		if !r.begin() {
 			return Daemon
 		}
+		step(1)
 		switch r.fit(uint64(len(p))) {
 		case 1:
 			t := r.write(atomic.LoadUint64(r.word(ringOffTail)), p)
+			step(2)
 			if !r.latchOurs() {
 				return Daemon // taken over: nothing committed
 			}
 			atomic.StoreUint64(r.word(ringOffTail), t)
+			step(3)
 			r.latchFree(true)
 			return OK
 		case 0:
@@ -282,6 +303,7 @@ func (r *ClientRing) Get(d time.Duration, take func(p []byte) error) (Result, er
 		if !r.begin() {
 			return Daemon, nil
 		}
+		step(11)
 		p, next, res := r.peek(atomic.LoadUint64(r.word(ringOffHead)))
 		switch res {
 		case OK:
@@ -290,10 +312,12 @@ func (r *ClientRing) Get(d time.Duration, take func(p []byte) error) (Result, er
 				r.latchFree(false)
 				return Busy, err
 			}
+			step(12)
 			if !r.latchOurs() {
 				return Daemon, nil // taken over: the item stays at the head
 			}
 			atomic.StoreUint64(r.word(ringOffHead), next)
+			step(13)
 			r.latchFree(true)
 			return OK, nil
 		case Daemon:
@@ -342,6 +366,7 @@ func (r *ClientRing) sleep(op uint32, deadline time.Time) bool {
 	if mine != nil {
 		decFloor(mine)
 	}
+	step(21)
 	decFloor(wp)
 	runtime.KeepAlive(r) // the mapping stays while wp and mine are used
 	return true
