@@ -53,6 +53,7 @@ var (
 type outcome struct {
 	rep wire.Reply
 	err error
+	fds []int // descriptors passed with the reply (callFDs only)
 }
 
 // Option configures Dial.
@@ -100,6 +101,7 @@ type Client struct {
 
 	fast    *fastPath // the same-host fast path (fastpath.go); nil: socket only
 	fastWhy string
+	fdCalls map[uint64]bool // requests whose reply may carry descriptors (callFDs; under mu)
 }
 
 // ParseAddress splits "tcp://host:port", "unix:///path" or a bare path into
@@ -291,18 +293,27 @@ func (c *Client) fail(err error) {
 }
 
 func (c *Client) readLoop() {
+	var src io.Reader = c.nc
+	rr := c.fdReader()
+	if rr != nil {
+		src = rr
+	}
 	for {
-		body, err := wire.ReadFrame(c.nc, c.info.MaxFrame+1024)
+		body, err := wire.ReadFrame(src, c.info.MaxFrame+1024)
+		fds := rr.take()
 		if err != nil {
+			closeFDs(fds)
 			c.fail(fmt.Errorf("%w: %w", ErrConnectionLost, err))
 			return
 		}
 		rep, err := wire.DecodeReply(body)
 		if err != nil {
+			closeFDs(fds)
 			c.fail(fmt.Errorf("%w: bad reply: %w", ErrConnectionLost, err))
 			return
 		}
 		if rep.ID == 0 {
+			closeFDs(fds)
 			if rep.Err != nil {
 				c.fail(fmt.Errorf("%w: the daemon ended the connection: %w", ErrConnectionLost, rep.Err))
 				return
@@ -312,9 +323,15 @@ func (c *Client) readLoop() {
 		c.mu.Lock()
 		ch := c.pending[rep.ID]
 		delete(c.pending, rep.ID)
+		if c.fdCalls[rep.ID] && ch != nil {
+			delete(c.fdCalls, rep.ID)
+		} else {
+			closeFDs(fds) // nobody asked for them
+			fds = nil
+		}
 		c.mu.Unlock()
 		if ch != nil {
-			ch <- outcome{rep: rep}
+			ch <- outcome{rep: rep, fds: fds}
 		}
 	}
 }

@@ -20,7 +20,15 @@
 // it for a daemon older than that), and retries a limit answer or a
 // handshake the daemon dropped until its context's deadline (10 s when it
 // has none). WithFastPath (fastpath.go) puts Lock, RLock, Condition-lock,
-// Semaphore and Event handles on the same-host fast path.
+// Semaphore and Event handles on the same-host fast path, and a Queue's
+// Put, TryPut, Get, TryGet and Len on its shared ring (queue_fast.go,
+// statemem.ClientRing: the protocol the Python client follows, so both
+// share one FIFO with the socket clients; Queue.FastPath reports it). A
+// JoinableQueue stays on the socket: its task counts are the daemon's, and
+// a ring client would have to keep them. A ring op the ring cannot serve
+// (a flag set, damage, a large item, no room, a latch held past 2 ms) goes
+// over the socket with what is left of its context; a Get decodes its item
+// before it takes it, so an item that does not decode stays at the head.
 //
 // An error means no effect. Every call that can block takes a
 // context.Context; a deadline is also sent as the op's timeout, so the

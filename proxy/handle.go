@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/syncmgr/syncmgr/statemem"
 	"github.com/syncmgr/syncmgr/wire"
 )
 
@@ -14,7 +15,8 @@ type Handle struct {
 	kind string
 	name string
 	anon bool
-	fw   *fastWord // the object's words on the fast path; nil: socket only
+	fw   *fastWord            // the object's words on the fast path; nil: socket only
+	qr   *statemem.ClientRing // a Queue's ring (queue_fast.go); nil: socket only
 }
 
 // Name returns the object's name (generated for anonymous objects).
@@ -64,6 +66,7 @@ func (c *Client) create(ctx context.Context, kind, name string, kv ...any) (Hand
 	}
 	h := Handle{c: c, kind: kind, name: got, anon: name == ""}
 	h.fw = c.fastRef(ctx, h)
+	h.qr = c.queueRef(h)
 	return h, nil
 }
 

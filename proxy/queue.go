@@ -24,6 +24,11 @@ func (q *Queue) Put(ctx context.Context, item any) error {
 	if err != nil {
 		return err
 	}
+	if q.qr != nil {
+		if done, err := q.fastPut(ctx, b, true); done {
+			return err
+		}
+	}
 	_, err = q.call(ctx, wire.OpPut, nil, append([]any{wire.ArgItem, b}, timeoutArgs(ctx)...)...)
 	return err
 }
@@ -34,6 +39,11 @@ func (q *Queue) TryPut(ctx context.Context, item any) error {
 	if err != nil {
 		return err
 	}
+	if q.qr != nil {
+		if done, err := q.fastPut(ctx, b, false); done {
+			return err
+		}
+	}
 	_, err = q.call(ctx, wire.OpPut, nil, wire.ArgItem, b, wire.ArgBlock, false)
 	return err
 }
@@ -41,12 +51,22 @@ func (q *Queue) TryPut(ctx context.Context, item any) error {
 // Get removes the first item, waiting until ctx ends (ErrEmpty on a
 // deadline), and returns it decoded (see DecodeValue).
 func (q *Queue) Get(ctx context.Context) (any, error) {
+	if q.qr != nil {
+		if done, v, err := q.fastGet(ctx, true); done {
+			return v, err
+		}
+	}
 	res, err := q.call(ctx, wire.OpGet, q.undoGet, timeoutArgs(ctx)...)
 	return q.decode(res, err)
 }
 
 // TryGet removes the first item without waiting; ErrEmpty when none.
 func (q *Queue) TryGet(ctx context.Context) (any, error) {
+	if q.qr != nil {
+		if done, v, err := q.fastGet(ctx, false); done {
+			return v, err
+		}
+	}
 	res, err := q.call(ctx, wire.OpGet, q.undoGet, wire.ArgBlock, false)
 	return q.decode(res, err)
 }
@@ -74,6 +94,11 @@ func (q *Queue) undoGet(res any) {
 
 // Len returns the number of items.
 func (q *Queue) Len(ctx context.Context) (int, error) {
+	if q.qr != nil && q.alive() {
+		if n, ok := q.qr.Len(); ok {
+			return n, nil
+		}
+	}
 	res, err := q.call(ctx, wire.OpQsize, nil)
 	n, _ := toInt(res)
 	return n, err

@@ -5,6 +5,8 @@
 //
 //	interop echo IN OUT N   move N items from queue IN to queue OUT, decoded and re-encoded
 //	interop objects P       read and write P-value, P-dict, P-list and P-ns
+//	interop ring Q G P      on the fast path: get G items from queue Q, then put P
+//	                        items back (go-0, 1, go-2, ..., then every Pickle got)
 package main
 
 import (
@@ -27,7 +29,11 @@ func main() {
 func run(args []string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := proxy.DialEnv(ctx)
+	var opts []proxy.Option
+	if len(args) > 0 && args[0] == "ring" {
+		opts = append(opts, proxy.WithFastPath())
+	}
+	c, err := proxy.DialEnv(ctx, opts...)
 	if err != nil {
 		return err
 	}
@@ -59,8 +65,10 @@ func run(args []string) error {
 		return nil
 	case len(args) == 2 && args[0] == "objects":
 		return objects(ctx, c, args[1])
+	case len(args) == 4 && args[0] == "ring":
+		return ring(ctx, c, args[1], args[2], args[3])
 	}
-	return fmt.Errorf("usage: interop echo IN OUT N | interop objects PREFIX")
+	return fmt.Errorf("usage: interop echo IN OUT N | interop objects PREFIX | interop ring Q GETS PUTS")
 }
 
 func show(what string, v any, err error) error {
@@ -138,4 +146,50 @@ func objects(ctx context.Context, c *proxy.Client, p string) error {
 		return err
 	}
 	return ns.SetAttr(ctx, "from_go", 42)
+}
+
+// ring gets and puts on a Queue with the Go client's fast path (when the
+// environment allows it: SYNCMGR_FASTPATH=0 turns it off), printing first
+// whether the client and the queue are on it, then each item got.
+func ring(ctx context.Context, c *proxy.Client, name, gets, puts string) error {
+	g, err := strconv.Atoi(gets)
+	if err != nil {
+		return err
+	}
+	p, err := strconv.Atoi(puts)
+	if err != nil {
+		return err
+	}
+	q, err := c.Queue(ctx, name, 0)
+	if err != nil {
+		return err
+	}
+	fast, _ := c.FastPath()
+	fmt.Printf("fast=%v ring=%v\n", fast, q.FastPath())
+	var pickles []any
+	for range g {
+		v, err := q.Get(ctx)
+		if err != nil {
+			return err
+		}
+		if _, ok := v.(proxy.Pickle); ok {
+			pickles = append(pickles, v)
+		}
+		fmt.Printf("%T %v\n", v, v)
+	}
+	for i := range p {
+		var v any = fmt.Sprintf("go-%d", i)
+		if i%2 == 1 {
+			v = i
+		}
+		if err := q.Put(ctx, v); err != nil {
+			return err
+		}
+	}
+	for _, v := range pickles {
+		if err := q.Put(ctx, v); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -86,3 +86,45 @@ def test_value_dict_list_namespace_cross_both_ways(daemon, interop):
     assert list(d.keys()) == ["py-key", 1.0, (1, "a"), "go-key", 3]  # no UnpicklingError
     assert lst[-1] == {"go": True} and len(lst) == 5
     assert ns.from_go == 42 and ns.from_py == "hello"
+
+
+def test_queue_ring_python_and_go_fast_paths(daemon, interop):
+    """Python and Go on one Queue's ring, each with its own fast path (both
+    off with SYNCMGR_FASTPATH=0): Go's blocking gets take what Python puts
+    while it puts it, Python's take what Go puts, and both see one FIFO."""
+    m = syncmgr.connect(daemon.address, daemon.key)
+    q = m.Queue(name="ring-mixed")
+    fast = _fast.enabled_by_env()
+    if fast:
+        assert _fast.active(q), _fast.reasons
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/"),
+           "SYNCMGR_ADDRESS": daemon.address, "SYNCMGR_AUTHKEY": daemon.key.hex(),
+           "SYNCMGR_FASTPATH": os.environ.get("SYNCMGR_FASTPATH", "1")}
+    n = 200
+    sent = [i if i % 2 == 0 else f"py-{i}" for i in range(n)] + [(1, "pickled")]
+    q.put(-1)  # one item there before Go starts, the rest while it waits
+    go = subprocess.Popen([interop, "ring", "ring-mixed", str(n + 2), str(n)], env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert go.stdout is not None
+        first = go.stdout.readline().strip()
+        assert first == f"fast={str(fast).lower()} ring={str(fast).lower()}", first
+        for v in sent:
+            q.put(v)
+        # Go has got every item once it has printed it (Python's gets would
+        # race with its gets for them before that).
+        lines = [go.stdout.readline().rstrip("\n") for _ in range(n + 2)]
+        back = [q.get(timeout=60) for _ in range(n + 1)]
+        go.wait(timeout=120)
+        err = go.stderr.read() if go.stderr else ""
+    finally:
+        if go.poll() is None:
+            go.kill()
+            go.wait()
+    assert go.returncode == 0, err
+    want = ["int64 -1"] + [f"int64 {v}" if isinstance(v, int) else f"string {v}" for v in sent[:-1]]
+    assert lines[:-1] == want
+    assert lines[-1].startswith("proxy.Pickle ")
+    assert back[:-1] == [f"go-{i}" if i % 2 == 0 else i for i in range(n)]
+    assert back[-1] == (1, "pickled")  # Go put back the pickle it got, untouched
+    assert q.empty()

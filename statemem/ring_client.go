@@ -1,0 +1,398 @@
+package statemem
+
+import (
+	"encoding/binary"
+	"fmt"
+	"os"
+	"runtime"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// A ClientRing is a same-host client's mapping of a Queue's ring (layout:
+// Ring). It follows the protocol of pyclient/csrc/fp_queue.c step for step,
+// so Go and Python clients and the daemon share one FIFO:
+//
+//   - every op takes the latch (a CAS of the client's session slot id into
+//     the latch word), waiting for another holder at most LatchGrace;
+//   - a nonzero flags word, a latch held longer, an item over the inline
+//     maximum, a record the daemon keeps (RecExternal), no room left in the
+//     ring, or anything impossible read from it answers Daemon: the caller
+//     sends the op over the socket (the daemon finds any damage and fails
+//     the queue);
+//   - a put writes its record (a pad record first when it does not fit
+//     before the end of the data area) and commits with one store of the
+//     tail word; a get copies the head record out, hands it to the caller,
+//     and commits with one store of the head word only if the caller took
+//     it; both commit only while the latch is still the client's (the
+//     daemon takes over the latch of a session that ended);
+//   - a change bumps seq and wakes its sleepers; a blocking op registers as
+//     a waiter (the waiters word and the slot's entry) under the latch and
+//     sleeps on seq with a futex.
+//
+// Nothing read from the ring is trusted: every position and length is
+// checked against the capacity the daemon's reply gave, and maxsize comes
+// from the reply too.
+type ClientRing struct {
+	mem     []byte
+	cap     uint64
+	inline  uint64
+	maxsize uint64
+	slot    uint64
+}
+
+// ringKillStep: tests only: the process kills itself at this labelled
+// step of a ring op (0: never), as the Python extension's
+// _set_queue_kill_step does, with the same labels: put 1 latch taken, 2
+// record written, 3 committed; get 11 latch taken, 12 item copied and
+// taken by the caller, 13 committed; 21 leaving a sleep.
+var ringKillStep atomic.Int32
+
+// SetRingKillStep arms the kill hook (tests only; 0 disarms it).
+func SetRingKillStep(n int) { ringKillStep.Store(int32(n)) }
+
+func step(n int32) {
+	if ringKillStep.Load() == n {
+		_ = unix.Kill(os.Getpid(), unix.SIGKILL)
+		select {} // the signal is on its way
+	}
+}
+
+// OpenRing maps the ring behind fd (passed by queue_attach) with the
+// layout queue_attach's reply announced; slot is the client's session slot
+// id. The mapping lasts while the ClientRing is reachable. The file is checked as OpenFD checks the state segment (this user's,
+// mode 0600, of exactly size bytes, sealed against resizing) and its header
+// must match the reply. fd is not kept: the caller closes it.
+func OpenRing(fd int, size int64, capacity, inline, maxsize uint64, slot uint32) (*ClientRing, error) {
+	if !littleEndian {
+		return nil, ErrBigEndian
+	}
+	if capacity < 4096 || capacity&(capacity-1) != 0 || capacity > 64<<20 || size != int64(RingHeader)+int64(capacity) ||
+		inline > capacity/4 || slot == 0 || slot > MaxSlot {
+		return nil, fmt.Errorf("%w: bad ring layout (size %d, capacity %d, inline %d, slot %d)", ErrBadSegment, size, capacity, inline, slot)
+	}
+	if err := checkFD(fd, size); err != nil {
+		return nil, err
+	}
+	mem, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("statemem: map ring: %w", err)
+	}
+	if atomic.LoadUint64((*uint64)(unsafe.Pointer(&mem[0]))) != RingMagic ||
+		binary.LittleEndian.Uint32(mem[8:]) != RingVersion || binary.LittleEndian.Uint32(mem[12:]) != RingHeader ||
+		atomic.LoadUint64((*uint64)(unsafe.Pointer(&mem[ringOffCap]))) != capacity {
+		_ = unix.Munmap(mem)
+		return nil, fmt.Errorf("%w: not a queue ring (bad header)", ErrBadSegment)
+	}
+	r := &ClientRing{mem: mem, cap: capacity, inline: inline, maxsize: maxsize, slot: uint64(slot)}
+	// Unmapped once no op can reach it (every op keeps r alive until it
+	// last touches the mapping).
+	runtime.AddCleanup(r, func(mem []byte) { _ = unix.Munmap(mem) }, mem)
+	return r, nil
+}
+
+// Inline returns the largest item the client writes into the ring.
+func (r *ClientRing) Inline() uint64 { return r.inline }
+
+// Maxsize returns the items the ring holds at most (0: no limit).
+func (r *ClientRing) Maxsize() uint64 { return r.maxsize }
+
+func (r *ClientRing) word(off int) *uint64 { return (*uint64)(unsafe.Pointer(&r.mem[off])) }
+func (r *ClientRing) u32(off int) *uint32  { return (*uint32)(unsafe.Pointer(&r.mem[off])) }
+
+// latchTake takes the latch; false: another holder kept it longer than
+// LatchGrace (the op goes to the daemon, which judges the holder).
+func (r *ClientRing) latchTake() bool {
+	l := r.word(ringOffLatch)
+	var since time.Time
+	for i := 0; ; i++ {
+		if atomic.LoadUint64(l) == 0 && atomic.CompareAndSwapUint64(l, 0, r.slot) {
+			return true
+		}
+		switch {
+		case i < 64:
+		case i < 128:
+			runtime.Gosched()
+		default:
+			now := time.Now()
+			if since.IsZero() {
+				since = now
+			} else if now.Sub(since) >= LatchGrace {
+				return false
+			}
+			time.Sleep(20 * time.Microsecond)
+		}
+	}
+}
+
+// latchOurs: the latch is still ours (not taken over by the daemon after
+// our session ended under us).
+func (r *ClientRing) latchOurs() bool { return atomic.LoadUint64(r.word(ringOffLatch)) == r.slot }
+
+// latchFree lets go of the latch if it is still ours; changed: bump seq
+// and wake the sleepers.
+func (r *ClientRing) latchFree(changed bool) {
+	if changed {
+		atomic.AddUint64(r.word(ringOffSeq), 1)
+	}
+	atomic.CompareAndSwapUint64(r.word(ringOffLatch), r.slot, 0)
+	if changed && atomic.LoadUint32(r.u32(ringOffWaiters)) != 0 {
+		WakeAll(r.word(ringOffSeq))
+	}
+}
+
+// begin takes the latch and checks the flags: false means Daemon (the
+// latch is not held then). Any nonzero flags word sends the op to the
+// daemon, whatever its bits mean.
+func (r *ClientRing) begin() bool {
+	if !r.latchTake() {
+		return false
+	}
+	if atomic.LoadUint64(r.word(ringOffFlags)) != 0 {
+		r.latchFree(false)
+		return false
+	}
+	return true
+}
+
+// lenChecked returns the items and used bytes for the tail word t and head
+// word h; ok is false when they are impossible.
+func (r *ClientRing) lenChecked(t, h uint64) (items, used uint64, ok bool) {
+	tp, hp := t&ringPosMask, h&ringPosMask
+	used = (tp - hp) & ringPosMask
+	items = (t>>ringPosBits - h>>ringPosBits) & ringCountMax
+	ok = used <= r.cap && items <= used/recHeader && tp%recHeader == 0 && hp%recHeader == 0
+	return items, used, ok
+}
+
+// fit: 1 a record of n payload bytes fits, 0 the queue is at its maxsize,
+// 2 no room in the ring (the daemon keeps what comes next), -1 corrupt.
+func (r *ClientRing) fit(n uint64) int {
+	t := atomic.LoadUint64(r.word(ringOffTail))
+	items, used, ok := r.lenChecked(t, atomic.LoadUint64(r.word(ringOffHead)))
+	if !ok {
+		return -1
+	}
+	if r.maxsize > 0 && items >= r.maxsize {
+		return 0
+	}
+	idx := t & ringPosMask & (r.cap - 1)
+	need := recHeader + pad8(n)
+	if idx+need > r.cap {
+		need += r.cap - idx
+	}
+	if used+need > r.cap {
+		return 2
+	}
+	return 1
+}
+
+func (r *ClientRing) header(idx uint64, n, kind uint32) {
+	b := r.mem[RingHeader+idx:]
+	binary.LittleEndian.PutUint32(b, n)
+	binary.LittleEndian.PutUint32(b[4:], kind)
+}
+
+// write writes a record of p (it fits) and returns the tail word that
+// commits it.
+func (r *ClientRing) write(t uint64, p []byte) uint64 {
+	tp, tn := t&ringPosMask, t>>ringPosBits
+	idx := tp & (r.cap - 1)
+	need := recHeader + pad8(uint64(len(p)))
+	adv := need
+	if idx+need > r.cap {
+		r.header(idx, 0, RecPad)
+		adv += r.cap - idx
+		idx = 0
+	}
+	r.header(idx, uint32(len(p)), RecItem)
+	copy(r.mem[RingHeader+idx+recHeader:RingHeader+idx+recHeader+uint64(len(p))], p)
+	return (tp+adv)&ringPosMask | ((tn+1)&ringCountMax)<<ringPosBits
+}
+
+// Put appends p as one item. It waits for room at most d (0: not at all),
+// registered as a waiter and asleep on seq. OK: stored; Busy: no room
+// (full at the deadline: nothing stored); Daemon: send the op to the
+// daemon (nothing stored).
+func (r *ClientRing) Put(p []byte, d time.Duration) Result {
+	if uint64(len(p)) > r.inline {
+		return Daemon
+	}
+	var deadline time.Time
+	for {
+		if !r.begin() {
+			return Daemon
+		}
+		step(1)
+		switch r.fit(uint64(len(p))) {
+		case 1:
+			t := r.write(atomic.LoadUint64(r.word(ringOffTail)), p)
+			step(2)
+			if !r.latchOurs() {
+				return Daemon // taken over: nothing committed
+			}
+			atomic.StoreUint64(r.word(ringOffTail), t)
+			step(3)
+			r.latchFree(true)
+			return OK
+		case 0:
+		default: // corrupt, or an item for the daemon to keep
+			r.latchFree(false)
+			return Daemon
+		}
+		if d <= 0 {
+			r.latchFree(false)
+			return Busy
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(d)
+		}
+		if !r.sleep(RingWaitPut, deadline) {
+			return Busy
+		}
+	}
+}
+
+// peek reads the head record for the head word h: its payload (a view of
+// the ring) and the head word past it. It answers OK, Busy (empty) or
+// Daemon (a record the daemon keeps, or damage).
+func (r *ClientRing) peek(h uint64) (p []byte, next uint64, res Result) {
+	items, used, ok := r.lenChecked(atomic.LoadUint64(r.word(ringOffTail)), h)
+	if !ok {
+		return nil, 0, Daemon
+	}
+	if items == 0 {
+		return nil, 0, Busy
+	}
+	hp, hn := h&ringPosMask, h>>ringPosBits
+	idx := hp & (r.cap - 1)
+	adv := uint64(0)
+	n, kind := r.readHeader(idx)
+	if kind == RecPad {
+		adv = r.cap - idx
+		idx = 0
+		n, kind = r.readHeader(idx)
+	}
+	if kind != RecItem || uint64(n) > r.cap-idx-recHeader {
+		return nil, 0, Daemon // the daemon's record, or damage the daemon will report
+	}
+	adv += recHeader + pad8(uint64(n))
+	if adv > used {
+		return nil, 0, Daemon
+	}
+	start := RingHeader + idx + recHeader
+	return r.mem[start : start+uint64(n)], (hp+adv)&ringPosMask | ((hn+1)&ringCountMax)<<ringPosBits, OK
+}
+
+func (r *ClientRing) readHeader(idx uint64) (uint32, uint32) {
+	b := r.mem[RingHeader+idx : RingHeader+idx+recHeader]
+	return binary.LittleEndian.Uint32(b), binary.LittleEndian.Uint32(b[4:])
+}
+
+// Get removes the head item, waiting for one at most d (0: not at all). It
+// hands take a private copy of the item's bytes before it commits; when
+// take fails, nothing is taken (the item stays at the head) and its error
+// is returned. OK: taken; Busy: empty (at the deadline); Daemon: send the
+// op to the daemon (nothing taken).
+func (r *ClientRing) Get(d time.Duration, take func(p []byte) error) (Result, error) {
+	var deadline time.Time
+	for {
+		if !r.begin() {
+			return Daemon, nil
+		}
+		step(11)
+		p, next, res := r.peek(atomic.LoadUint64(r.word(ringOffHead)))
+		switch res {
+		case OK:
+			item := append([]byte(nil), p...)
+			if err := take(item); err != nil {
+				r.latchFree(false)
+				return Busy, err
+			}
+			step(12)
+			if !r.latchOurs() {
+				return Daemon, nil // taken over: the item stays at the head
+			}
+			atomic.StoreUint64(r.word(ringOffHead), next)
+			step(13)
+			r.latchFree(true)
+			return OK, nil
+		case Daemon:
+			r.latchFree(false)
+			return Daemon, nil
+		}
+		if d <= 0 {
+			r.latchFree(false)
+			return Busy, nil
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(d)
+		}
+		if !r.sleep(RingWaitGet, deadline) {
+			return Busy, nil
+		}
+	}
+}
+
+// sleep registers as a waiter for op under the latch, lets go of it and
+// sleeps on seq until it changes or deadline. It reports false when the
+// deadline had passed already (it did not sleep; the latch is let go).
+func (r *ClientRing) sleep(op uint32, deadline time.Time) bool {
+	left := time.Until(deadline)
+	if left <= 0 {
+		r.latchFree(false)
+		return false
+	}
+	wp := r.u32(ringOffWaiters)
+	atomic.AddUint32(wp, 1)
+	var mine *uint32
+	if r.slot < RingSlots {
+		e := ringOffSlots + 16*int(r.slot)
+		mine = r.u32(e)
+		if atomic.LoadUint32(mine) == 0 {
+			atomic.StoreUint32(r.u32(e+4), op)
+			atomic.StoreUint64(r.word(e+8), MonoNow())
+		}
+		atomic.AddUint32(mine, 1)
+	}
+	seen := uint32(atomic.LoadUint64(r.word(ringOffSeq)))
+	r.latchFree(false)
+	futexWaitWord(r.word(ringOffSeq), seen, left)
+	// The table's count first, the total last: a death between the two
+	// leaves the total too high (a wasted wake), never too low.
+	if mine != nil {
+		decFloor(mine)
+	}
+	step(21)
+	decFloor(wp)
+	runtime.KeepAlive(r) // the mapping stays while wp and mine are used
+	return true
+}
+
+// decFloor takes one off a count the daemon may have zeroed meanwhile (it
+// forgets a session's sleepers when the session ends).
+func decFloor(p *uint32) {
+	for {
+		x := atomic.LoadUint32(p)
+		if x == 0 || atomic.CompareAndSwapUint32(p, x, x-1) {
+			return
+		}
+	}
+}
+
+// Len returns the items in the ring; ok is false when the daemon holds
+// items too (any flag set) or the counts are impossible: ask the daemon.
+func (r *ClientRing) Len() (n int, ok bool) {
+	if atomic.LoadUint64(r.word(ringOffFlags)) != 0 {
+		return 0, false
+	}
+	t, h := atomic.LoadUint64(r.word(ringOffTail)), atomic.LoadUint64(r.word(ringOffHead))
+	items := (t>>ringPosBits - h>>ringPosBits) & ringCountMax
+	if items > r.cap/recHeader {
+		return 0, false
+	}
+	return int(items), true
+}
