@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/syncmgr/syncmgr/statemem"
@@ -34,6 +35,8 @@ type queueRing struct {
 	over    [][]byte
 	ext     map[uint64][]byte
 	extNext uint64
+	// idle is the ring's seq at the sweeper's last look (see trimQueues).
+	idle atomic.Uint32
 
 	wmu     sync.Mutex
 	wch     chan struct{} // closed at the next change the watcher sees
@@ -41,14 +44,44 @@ type queueRing struct {
 	running bool
 }
 
-// QueueRingBytes is the data capacity of each Queue's ring; an item of
-// more than a quarter of it is kept by the daemon (see queueRing.ext).
-// MaxQueueRings bounds the rings (each holds a descriptor and its pages in
-// the daemon); later Queues keep their items in the daemon.
+// DefaultQueueRingBytes is the data capacity of each Queue's ring unless
+// Config.QueueRingBytes says otherwise; an item of more than a quarter of
+// it is kept by the daemon (see queueRing.ext). The ring's memory file is
+// sparse: a queue of small items touches only the ring's hot window
+// (statemem.RingHot), and the sweeper gives back the pages past it once the
+// ring is empty and idle (trimQueues). MaxQueueRings bounds the rings (each
+// holds a descriptor and its mapping in the daemon); later Queues keep
+// their items in the daemon.
 const (
-	QueueRingBytes = 256 << 10
-	MaxQueueRings  = 1024
+	DefaultQueueRingBytes = 64 << 20
+	MaxQueueRings         = 1024
 )
+
+// queueRingBytes is the ring capacity for a configured size: the default
+// for 0, else the power of two at or above it, at most
+// statemem.RingMaxCapacity.
+func queueRingBytes(n int64) uint64 {
+	if n <= 0 {
+		n = DefaultQueueRingBytes
+	}
+	return statemem.RingSize(n)
+}
+
+// trimQueues gives back the pages past the hot window of every ring that
+// was empty and unchanged since the sweeper's previous look (the sweeper
+// calls it every sweepEvery). It never waits for a latch.
+func (f *fastPath) trimQueues() {
+	f.mu.Lock()
+	rings := make([]*queueRing, 0, len(f.queues))
+	for _, qr := range f.queues {
+		rings = append(rings, qr)
+	}
+	f.mu.Unlock()
+	for _, qr := range rings {
+		seq, _, _ := qr.r.Trim(qr.idle.Load()) // an error (none expected from tmpfs) leaves the pages: harmless
+		qr.idle.Store(seq)
+	}
+}
 
 // bindQueue gives a new Queue (not a JoinableQueue, whose task counts stay
 // with the daemon) a ring. A failure is not an error: the queue keeps its
@@ -57,7 +90,7 @@ func (f *fastPath) bindQueue(q *Queue, perObject int64) {
 	if q.joinable {
 		return
 	}
-	inline := uint64(QueueRingBytes / 4)
+	inline := f.ringBytes / 4
 	if perObject > 0 && uint64(perObject-ItemOverhead) < inline {
 		if perObject <= ItemOverhead {
 			return
@@ -74,7 +107,7 @@ func (f *fastPath) bindQueue(q *Queue, perObject int64) {
 	if full {
 		return
 	}
-	r, err := statemem.NewRing(QueueRingBytes, maxsize, inline)
+	r, err := statemem.NewRing(f.ringBytes, maxsize, inline)
 	if err != nil {
 		return
 	}
