@@ -90,7 +90,14 @@ func (f *fastPath) bindQueue(q *Queue, perObject int64) {
 	if q.joinable {
 		return
 	}
-	inline := f.ringBytes / 4
+	// A ring holds at most --max-object-bytes (rounded down to a power of
+	// two): what clients put into it is not charged one by one, and what
+	// the daemon adds is charged with the ring's bytes counted (ringCharge).
+	capacity := f.ringBytes
+	for perObject > 0 && capacity > 4096 && capacity > uint64(perObject) {
+		capacity >>= 1
+	}
+	inline := capacity / 4
 	if perObject > 0 && uint64(perObject-ItemOverhead) < inline {
 		if perObject <= ItemOverhead {
 			return
@@ -107,7 +114,7 @@ func (f *fastPath) bindQueue(q *Queue, perObject int64) {
 	if full {
 		return
 	}
-	r, err := statemem.NewRing(f.ringBytes, maxsize, inline)
+	r, err := statemem.NewRing(capacity, maxsize, inline)
 	if err != nil {
 		return
 	}
@@ -215,6 +222,22 @@ func (q *Queue) ringCount() (int64, error) {
 	return int64(n) + int64(len(q.ring.front)+len(q.ring.over)), err
 }
 
+// ringCharge is charge for bytes the daemon keeps for a Queue with a ring
+// (an item outside the ring, a waiting putter's item): the per-object
+// limit counts the ring's bytes too, so that the items in the ring, those
+// the daemon keeps and the waiting putters' together stay under it. The
+// ring's bytes are read without the latch (a moment's figure) and never
+// taken as more than its capacity. Called under q.mu.
+func (q *Queue) ringCharge(n int64) error {
+	_, used := q.ring.r.Peek()
+	used = min(used, q.ring.r.Capacity())
+	if err := q.lim.charge(q.held+int64(used), n); err != nil {
+		return err
+	}
+	q.held += n
+	return nil
+}
+
 // ringTryPut stores item if there is room; called under q.mu.
 func (q *Queue) ringTryPut(item []byte) (ok bool, err error) {
 	qr := q.ring
@@ -240,7 +263,7 @@ func (q *Queue) ringTryPut(item []byte) (ok bool, err error) {
 			return true, nil
 		}
 	}
-	if err := q.charge(ItemCost(item)); err != nil {
+	if err := q.ringCharge(ItemCost(item)); err != nil {
 		return false, err
 	}
 	if len(qr.over) == 0 {
@@ -390,7 +413,7 @@ func (q *Queue) ringPut(ctx context.Context, item []byte, block bool, timeout ti
 		}
 		ok, err := q.ringTryPut(item)
 		if !ok && err == nil && block && timeout != 0 {
-			if err = q.charge(cost); err == nil {
+			if err = q.ringCharge(cost); err == nil {
 				waiting = true
 			}
 		}

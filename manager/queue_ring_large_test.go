@@ -2,6 +2,7 @@ package manager
 
 import (
 	"bytes"
+	"errors"
 	"testing"
 
 	"github.com/syncmgr/syncmgr/statemem"
@@ -68,5 +69,40 @@ func TestQueueRingBytesConfig(t *testing.T) {
 	q := ringQueue(t, m, "small", 0)
 	if c := q.Ring().Capacity(); c != smallRing {
 		t.Fatalf("capacity %d, want %d", c, smallRing)
+	}
+}
+
+// The ring holds at most --max-object-bytes, and what the daemon keeps for
+// a queue with a ring is charged with the ring's bytes counted, so a queue's
+// items stay under the per-object limit wherever they are.
+func TestQueueRingChargesCountTheRing(t *testing.T) {
+	seg, err := statemem.Create(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { seg.Close() })
+	cfg := DefaultConfig()
+	cfg.MaxObjectBytes = 1<<20 + 1000
+	m := newManager(t, cfg)
+	m.EnableFastPath(seg)
+	q := ringQueue(t, m, "charged", 0)
+	if c := q.Ring().Capacity(); c != 1<<20 {
+		t.Fatalf("capacity %d, want the limit rounded down to a power of two", c)
+	}
+	ctx := testCtx(t)
+	for i := 0; i < 3; i++ { // inline: ~600 KiB in the ring, charged nowhere else
+		if err := q.Put(ctx, bytes.Repeat([]byte{1}, 200<<10), false, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	big := bytes.Repeat([]byte{2}, 300<<10) // over the inline limit: the daemon keeps it
+	if err := q.Put(ctx, big, false, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Put(ctx, big, false, 0); !errors.Is(err, ErrLimit) {
+		t.Fatalf("a put past the limit with the ring counted: %v, want ErrLimit", err)
+	}
+	if q.Len() != 4 {
+		t.Fatalf("len %d, want 4", q.Len())
 	}
 }
