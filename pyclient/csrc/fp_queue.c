@@ -166,7 +166,7 @@ typedef struct {
  * is empty and the tail is past the hot window (a pad record, then index
  * 0: a queue of small items stays in the first RING_HOT bytes; see
  * statemem/ring.go). Either way the record fits when ring_fits said so. */
-static uint64_t ring_writev(Ring *r, uint64_t tail, const Part *parts, int nparts, uint64_t n) {
+static uint64_t ring_writev(Ring *r, uint64_t tail, const Part *parts, int nparts, uint64_t n, int allow_threads) {
     uint64_t tp = tail & POS_MASK, tn = tail >> POS_BITS, hp = LOAD(W64(r, R_HEAD)) & POS_MASK;
     uint64_t idx = tp & (r->cap - 1), need = REC_HEADER + pad8(n), adv = need;
     if (idx + need > r->cap || (tp == hp && idx >= RING_HOT && need <= idx)) {
@@ -176,9 +176,10 @@ static uint64_t ring_writev(Ring *r, uint64_t tail, const Part *parts, int npart
     }
     rec_header(r, idx, (uint32_t)n, REC_ITEM);
     unsigned char *dst = r->base + RING_HEADER + idx + REC_HEADER;
-    /* A large copy lets other threads run (the latch, held by our slot,
-     * keeps everyone else off the ring; the buffers are held by the caller). */
-    PyThreadState *ts = n >= BIG_COPY ? PyEval_SaveThread() : NULL;
+    /* A large copy lets other threads run when the caller allows it: it
+     * holds exports of the buffers (nobody can resize or free them), and
+     * the latch, held by our slot, keeps everyone else off the ring. */
+    PyThreadState *ts = allow_threads && n >= BIG_COPY ? PyEval_SaveThread() : NULL;
     for (int i = 0; i < nparts; i++) {
         if (parts[i].n) {
             memcpy(dst, parts[i].p, parts[i].n);
@@ -192,7 +193,7 @@ static uint64_t ring_writev(Ring *r, uint64_t tail, const Part *parts, int npart
 
 static uint64_t ring_write2(Ring *r, uint64_t tail, const void *a, uint64_t na, const void *b, uint64_t nb) {
     Part parts[2] = {{a, na}, {b, nb}};
-    return ring_writev(r, tail, parts, 2, na + nb);
+    return ring_writev(r, tail, parts, 2, na + nb, 0);
 }
 
 static uint64_t ring_write(Ring *r, uint64_t tail, const void *data, uint64_t n) {
@@ -351,7 +352,7 @@ static int put_corev(Ring *r, const Part *parts, int nparts, uint64_t n, double 
             return RES_DAEMON;
         }
         if (fits == 1) {
-            uint64_t t = ring_writev(r, LOAD(W64(r, R_TAIL)), parts, nparts, n);
+            uint64_t t = ring_writev(r, LOAD(W64(r, R_TAIL)), parts, nparts, n, 1);
             STEP(2);
             if (!latch_ours(r))
                 return RES_DAEMON; /* taken over: nothing committed */
