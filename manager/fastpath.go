@@ -30,6 +30,7 @@ type fastPath struct {
 	queues   map[*Queue]*queueRing
 	// perObject is the byte limit per object (a ring's inline limit).
 	perObject int64
+	ringBytes uint64 // each Queue ring's data capacity
 }
 
 // slotGone reports whether the session of slot has ended (or was never
@@ -48,7 +49,7 @@ func (m *Manager) EnableFastPath(seg *statemem.Segment) {
 	defer m.mu.Unlock()
 	m.fast = &fastPath{seg: seg, byOff: make(map[uint32]Object), refs: make(map[Object]statemem.Ref), attached: make(map[Slot]*Session),
 		stop: make(chan struct{}), stopped: make(chan struct{}),
-		perObject: m.cfg.MaxObjectBytes}
+		perObject: m.cfg.MaxObjectBytes, ringBytes: queueRingBytes(m.cfg.QueueRingBytes)}
 	allocWaitTable(seg)
 	go m.sweeper(m.fast)
 }
@@ -67,6 +68,7 @@ func (m *Manager) sweeper(f *fastPath) {
 			return
 		case <-t.C:
 			m.sweepFast(f)
+			f.trimQueues()
 		}
 	}
 }

@@ -78,6 +78,10 @@ type Config struct {
 	MaxObjectBytes int64
 	// MaxBytes caps those bytes summed over the whole manager; <= 0 for none.
 	MaxBytes int64
+	// QueueRingBytes is the data capacity of each Queue's ring on the fast
+	// path (a power of two; 0: DefaultQueueRingBytes); an item of more than
+	// a quarter of it is kept by the daemon.
+	QueueRingBytes int64
 	// OnHoldEnd, when set, is called each time a session stops holding an
 	// object (its last unit of it released), with the object's mutex held:
 	// it must not block or call into the manager.
@@ -100,7 +104,7 @@ type HoldEnd struct {
 // DefaultConfig returns the daemon's default limits.
 func DefaultConfig() Config {
 	return Config{ShareGrace: 10 * time.Minute, MaxObjectsPerSession: 262144, MaxObjects: 4 << 20, MaxQueue: 1_000_000,
-		MaxObjectBytes: 1 << 30, MaxBytes: 4 << 30}
+		MaxObjectBytes: 1 << 30, MaxBytes: 4 << 30, QueueRingBytes: DefaultQueueRingBytes}
 }
 
 type entry struct {

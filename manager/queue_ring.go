@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/syncmgr/syncmgr/statemem"
@@ -34,6 +35,8 @@ type queueRing struct {
 	over    [][]byte
 	ext     map[uint64][]byte
 	extNext uint64
+	// idle is the ring's seq at the sweeper's last look (see trimQueues).
+	idle atomic.Uint32
 
 	wmu     sync.Mutex
 	wch     chan struct{} // closed at the next change the watcher sees
@@ -41,14 +44,44 @@ type queueRing struct {
 	running bool
 }
 
-// QueueRingBytes is the data capacity of each Queue's ring; an item of
-// more than a quarter of it is kept by the daemon (see queueRing.ext).
-// MaxQueueRings bounds the rings (each holds a descriptor and its pages in
-// the daemon); later Queues keep their items in the daemon.
+// DefaultQueueRingBytes is the data capacity of each Queue's ring unless
+// Config.QueueRingBytes says otherwise; an item of more than a quarter of
+// it is kept by the daemon (see queueRing.ext). The ring's memory file is
+// sparse: a queue of small items touches only the ring's hot window
+// (statemem.RingHot), and the sweeper gives back the pages past it once the
+// ring is empty and idle (trimQueues). MaxQueueRings bounds the rings (each
+// holds a descriptor and its mapping in the daemon); later Queues keep
+// their items in the daemon.
 const (
-	QueueRingBytes = 256 << 10
-	MaxQueueRings  = 1024
+	DefaultQueueRingBytes = 64 << 20
+	MaxQueueRings         = 1024
 )
+
+// queueRingBytes is the ring capacity for a configured size: the default
+// for 0, else the power of two at or above it, at most
+// statemem.RingMaxCapacity.
+func queueRingBytes(n int64) uint64 {
+	if n <= 0 {
+		n = DefaultQueueRingBytes
+	}
+	return statemem.RingSize(n)
+}
+
+// trimQueues gives back the pages past the hot window of every ring that
+// was empty and unchanged since the sweeper's previous look (the sweeper
+// calls it every sweepEvery). It never waits for a latch.
+func (f *fastPath) trimQueues() {
+	f.mu.Lock()
+	rings := make([]*queueRing, 0, len(f.queues))
+	for _, qr := range f.queues {
+		rings = append(rings, qr)
+	}
+	f.mu.Unlock()
+	for _, qr := range rings {
+		seq, _, _ := qr.r.Trim(qr.idle.Load()) // an error (none expected from tmpfs) leaves the pages: harmless
+		qr.idle.Store(seq)
+	}
+}
 
 // bindQueue gives a new Queue (not a JoinableQueue, whose task counts stay
 // with the daemon) a ring. A failure is not an error: the queue keeps its
@@ -57,7 +90,14 @@ func (f *fastPath) bindQueue(q *Queue, perObject int64) {
 	if q.joinable {
 		return
 	}
-	inline := uint64(QueueRingBytes / 4)
+	// A ring holds at most --max-object-bytes (rounded down to a power of
+	// two): what clients put into it is not charged one by one, and what
+	// the daemon adds is charged with the ring's bytes counted (ringCharge).
+	capacity := f.ringBytes
+	for perObject > 0 && capacity > 4096 && capacity > uint64(perObject) {
+		capacity >>= 1
+	}
+	inline := capacity / 4
 	if perObject > 0 && uint64(perObject-ItemOverhead) < inline {
 		if perObject <= ItemOverhead {
 			return
@@ -74,7 +114,7 @@ func (f *fastPath) bindQueue(q *Queue, perObject int64) {
 	if full {
 		return
 	}
-	r, err := statemem.NewRing(QueueRingBytes, maxsize, inline)
+	r, err := statemem.NewRing(capacity, maxsize, inline)
 	if err != nil {
 		return
 	}
@@ -182,6 +222,22 @@ func (q *Queue) ringCount() (int64, error) {
 	return int64(n) + int64(len(q.ring.front)+len(q.ring.over)), err
 }
 
+// ringCharge is charge for bytes the daemon keeps for a Queue with a ring
+// (an item outside the ring, a waiting putter's item): the per-object
+// limit counts the ring's bytes too, so that the items in the ring, those
+// the daemon keeps and the waiting putters' together stay under it. The
+// ring's bytes are read without the latch (a moment's figure) and never
+// taken as more than its capacity. Called under q.mu.
+func (q *Queue) ringCharge(n int64) error {
+	_, used := q.ring.r.Peek()
+	used = min(used, q.ring.r.Capacity())
+	if err := q.lim.charge(q.held+int64(used), n); err != nil {
+		return err
+	}
+	q.held += n
+	return nil
+}
+
 // ringTryPut stores item if there is room; called under q.mu.
 func (q *Queue) ringTryPut(item []byte) (ok bool, err error) {
 	qr := q.ring
@@ -207,7 +263,7 @@ func (q *Queue) ringTryPut(item []byte) (ok bool, err error) {
 			return true, nil
 		}
 	}
-	if err := q.charge(ItemCost(item)); err != nil {
+	if err := q.ringCharge(ItemCost(item)); err != nil {
 		return false, err
 	}
 	if len(qr.over) == 0 {
@@ -357,7 +413,7 @@ func (q *Queue) ringPut(ctx context.Context, item []byte, block bool, timeout ti
 		}
 		ok, err := q.ringTryPut(item)
 		if !ok && err == nil && block && timeout != 0 {
-			if err = q.charge(cost); err == nil {
+			if err = q.ringCharge(cost); err == nil {
 				waiting = true
 			}
 		}

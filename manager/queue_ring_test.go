@@ -16,6 +16,24 @@ func TestQueueRing(t *testing.T) {
 	testQueue(t, m, true)
 }
 
+// smallRing is the ring capacity of smallRingManager's queues: small, so
+// that tests fill it.
+const smallRing = 256 << 10
+
+func smallRingManager(t *testing.T) *Manager {
+	t.Helper()
+	seg, err := statemem.Create(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { seg.Close() })
+	cfg := DefaultConfig()
+	cfg.QueueRingBytes = smallRing
+	m := newManager(t, cfg)
+	m.EnableFastPath(seg)
+	return m
+}
+
 func ringQueue(t *testing.T, m *Manager, name string, maxsize int64) *Queue {
 	t.Helper()
 	q := create[*Queue](t, m, newSession(t, m), KindQueue, name, Params{MaxSize: maxsize})
@@ -30,10 +48,10 @@ func ringQueue(t *testing.T, m *Manager, name string, maxsize int64) *Queue {
 // set) and ungot items (kept before it) all stay in one FIFO with the
 // ring's items, and the flag is cleared once the daemon holds nothing.
 func TestQueueRingOverflowKeepsOrder(t *testing.T) {
-	m, _ := fastManager(t)
+	m := smallRingManager(t)
 	q := ringQueue(t, m, "over", 0)
 	ctx := testCtx(t)
-	big := bytes.Repeat([]byte("B"), QueueRingBytes/2)
+	big := bytes.Repeat([]byte("B"), smallRing/2)
 	var want [][]byte
 	for i := 0; i < 3000; i++ { // ~3000 * 1 KiB: three rings' worth
 		it := bytes.Repeat([]byte{byte(i)}, 1000)

@@ -41,6 +41,17 @@ import (
 // payload padded to 8 bytes; it never wraps: a pad record fills the end of
 // the area instead. Items = puts - gets (mod 2^24).
 //
+// The capacity is large (the daemon's --queue-ring-bytes, 64 MiB by
+// default, at most RingMaxCapacity) and the memory file is sparse: a page
+// exists only once a record touched it. Hot window rule: a put that finds
+// the ring empty (head == tail) with its write index at or past RingHot
+// (and the record fits before that index) writes a pad record there and
+// places its record at index 0, so a queue that never holds much stays in
+// the first RingHot bytes (warm in the caches, few pages) instead of
+// sweeping the whole area. Readers need nothing new: a pad record at the
+// head always sends them to index 0. The daemon gives back the pages past
+// the hot window of a ring that is empty and idle (Trim).
+//
 // Every op holds the latch (the holder's slot id) while it reads or writes
 // the ring, and commits with one store: a put stores the tail word after
 // the record is complete, a get stores the head word after it has copied
@@ -53,6 +64,11 @@ import (
 const (
 	RingMagic   uint64 = 0x5152474d434e5953 // "SYNCMGRQ" read as a little-endian u64
 	RingVersion uint32 = 1
+	// RingHot is the hot window: see the placement rule above.
+	RingHot = 256 << 10
+	// RingMaxCapacity bounds a ring's data area.
+	RingMaxCapacity = 1 << 30
+
 	// RingSlots is the number of session slots the waiter table covers:
 	// sessions with a larger slot id use the queue through the daemon.
 	RingSlots  = 1024
@@ -118,29 +134,30 @@ type Ring struct {
 }
 
 // RingSize returns the data capacity (a power of two of at least 4 KiB and
-// at most 64 MiB) for a wish of bytes.
+// at most RingMaxCapacity) for a wish of bytes.
 func RingSize(bytes int64) uint64 {
 	c := uint64(4096)
-	for c < uint64(bytes) && c < 64<<20 {
+	for c < uint64(bytes) && c < RingMaxCapacity {
 		c <<= 1
 	}
 	return c
 }
 
 // NewRing creates a ring of capacity data bytes (see RingSize) in a new
-// sealed memory file (sealedMemory). maxsize bounds the items it holds (0: none) and
-// inline the largest item clients write into it.
+// sealed memory file (sealedMemory), not reserved: its data pages come into
+// being as records touch them. maxsize bounds the items it holds (0: none)
+// and inline the largest item clients write into it.
 func NewRing(capacity, maxsize, inline uint64) (*Ring, error) {
 	if !littleEndian {
 		return nil, ErrBigEndian
 	}
-	if capacity < 4096 || capacity&(capacity-1) != 0 || capacity > 64<<20 {
-		return nil, fmt.Errorf("statemem: ring capacity %d is not a power of two in [4 KiB, 64 MiB]", capacity)
+	if capacity < 4096 || capacity&(capacity-1) != 0 || capacity > RingMaxCapacity {
+		return nil, fmt.Errorf("statemem: ring capacity %d is not a power of two in [4 KiB, 1 GiB]", capacity)
 	}
 	if inline > capacity/4 {
 		inline = capacity / 4
 	}
-	fd, mem, err := sealedMemory("queue", int64(RingHeader)+int64(capacity))
+	fd, mem, err := sealedMemory("queue", int64(RingHeader)+int64(capacity), false)
 	if err != nil {
 		return nil, err
 	}
@@ -454,13 +471,15 @@ func (r *Ring) Fits(n uint64) (bool, error) {
 }
 
 // Put appends a record of kind with payload p; the caller checked Fits
-// (under the latch).
+// (under the latch). A put into an empty ring past the hot window starts
+// again at index 0 (see the layout above).
 func (r *Ring) Put(kind uint32, p []byte) {
 	tp, tn := r.tail()
+	hp, _ := r.head()
 	idx := tp & (r.cap - 1)
 	need := recHeader + pad8(uint64(len(p)))
 	adv := need
-	if idx+need > r.cap {
+	if idx+need > r.cap || tp == hp && idx >= RingHot && need <= idx {
 		r.header(idx, 0, RecPad)
 		adv += r.cap - idx
 		idx = 0
@@ -508,4 +527,55 @@ func (r *Ring) Get() (kind uint32, p []byte, ok bool, err error) {
 func (r *Ring) readHeader(idx uint64) (uint32, uint32) {
 	b := r.mem[RingHeader+idx : RingHeader+idx+recHeader]
 	return binary.LittleEndian.Uint32(b), binary.LittleEndian.Uint32(b[4:])
+}
+
+// Trim gives back the data pages past the hot window (punches them out of
+// the memory file) when the ring is empty and its seq is still idle (the
+// value a previous look saw: nothing changed since). It takes the latch
+// only if it is free, never waiting on a client, and reports the seq it
+// saw (for the next look) and whether it punched. Pages a later record
+// touches come back as zeros.
+func (r *Ring) Trim(idle uint32) (seq uint32, punched bool, err error) {
+	if !r.enter() {
+		return 0, false, nil
+	}
+	defer r.exit()
+	seq = r.seq()
+	if seq != idle || !atomic.CompareAndSwapUint64(r.word(ringOffLatch), 0, uint64(LatchDaemon)) {
+		return seq, false, nil
+	}
+	defer atomic.StoreUint64(r.word(ringOffLatch), 0)
+	tp, _ := r.tail()
+	hp, _ := r.head()
+	if tp != hp || r.cap <= RingHot {
+		return seq, false, nil
+	}
+	page := int64(unix.Getpagesize())
+	from := (int64(RingHeader) + RingHot + page - 1) / page * page
+	end := r.Size()
+	r.fdmu.Lock()
+	defer r.fdmu.Unlock()
+	if r.fd < 0 || from >= end {
+		return seq, false, nil
+	}
+	// Nothing allocated past the window: nothing to do (tmpfs answers
+	// SEEK_DATA from its page cache).
+	if _, err := unix.Seek(r.fd, from, unix.SEEK_DATA); err == unix.ENXIO {
+		return seq, false, nil
+	}
+	if err := unix.Fallocate(r.fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, from, end-from); err != nil {
+		return seq, false, err
+	}
+	return seq, true, nil
+}
+
+// Allocated returns the bytes of memory the ring's file holds now (its
+// allocated blocks), for status and tests.
+func (r *Ring) Allocated() int64 {
+	var st unix.Stat_t
+	err := r.WithFD(func(fd int) error { return unix.Fstat(fd, &st) })
+	if err != nil {
+		return 0
+	}
+	return st.Blocks * 512
 }

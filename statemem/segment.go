@@ -69,7 +69,7 @@ func Create(capacity int) (*Segment, error) {
 	if capacity < 2 || capacity > 1<<24 {
 		return nil, fmt.Errorf("statemem: capacity %d out of range [2, %d]", capacity, 1<<24)
 	}
-	fd, mem, err := sealedMemory("state", int64(capacity)*SlotSize)
+	fd, mem, err := sealedMemory("state", int64(capacity)*SlotSize, true)
 	if err != nil {
 		return nil, err
 	}

@@ -80,6 +80,12 @@ func TestServeWithoutKey(t *testing.T) {
 	if code != 2 || !strings.Contains(stderr, "--max-frame") {
 		t.Fatalf("bad --max-frame: exit %d, %q", code, stderr)
 	}
+	for _, bad := range []string{"1000", "32768", "3145728", "2147483648"} {
+		_, stderr, code = runCmd(t, env("SYNCMGR_AUTHKEY="+newKey(t)), "serve", "--socket", filepath.Join(dir, "i.sock"), "--shm-dir", "none", "--queue-ring-bytes", bad)
+		if code != 2 || !strings.Contains(stderr, "--queue-ring-bytes") {
+			t.Fatalf("bad --queue-ring-bytes %s: exit %d, %q", bad, code, stderr)
+		}
+	}
 }
 
 func readHex(path string) (string, error) {

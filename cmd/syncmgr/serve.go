@@ -61,6 +61,7 @@ func runServe(ctx context.Context, args []string) error {
 		shmDir        = fs.String("shm-dir", "/dev/shm", "directory (tmpfs) for shared-memory segments; \"none\" disables the registry")
 		fastDir       = fs.String("fastpath-dir", "", "\"none\" keeps every client on the socket; any other value is ignored (the fast path's state segment is an anonymous memory file)")
 		fastObjects   = fs.Int("fastpath-objects", 16384, "objects whose state the fast path's segment holds (64 bytes each); others stay on the socket path")
+		ringBytes     = fs.Int64("queue-ring-bytes", manager.DefaultQueueRingBytes, "data bytes of each Queue's shared ring on the fast path: a power of two from 64 KiB to 1 GiB; memory is used only as items touch it, and items over a quarter of it go through the daemon")
 		shmLimit      = fs.String("shm-limit", "50%", "cap on all segments together: bytes (with K, M, G suffix) or a percentage of --shm-dir's size")
 	)
 	mflags := addMetricsFlags(fs)
@@ -104,6 +105,9 @@ func runServe(ctx context.Context, args []string) error {
 	}
 	if *maxFrame < 1024 || *maxFrame > 1<<30 {
 		return fmt.Errorf("%w: --max-frame must be between 1024 and 1 GiB", errUsage)
+	}
+	if *ringBytes < 64<<10 || *ringBytes > 1<<30 || *ringBytes&(*ringBytes-1) != 0 {
+		return fmt.Errorf("%w: --queue-ring-bytes must be a power of two from 64 KiB to 1 GiB", errUsage)
 	}
 	var unixOpts server.UnixOptions
 	if *sockGroup != "" {
@@ -191,7 +195,7 @@ func runServe(ctx context.Context, args []string) error {
 		defer shm.Close() // a graceful stop unlinks every segment
 	}
 	mcfg := manager.Config{ShareGrace: *shareGrace, MaxObjectsPerSession: *maxPerClient, MaxObjects: *maxObjects, MaxQueue: *maxQueue,
-		MaxObjectBytes: *maxObjBytes, MaxBytes: *maxBytes}
+		MaxObjectBytes: *maxObjBytes, MaxBytes: *maxBytes, QueueRingBytes: *ringBytes}
 	mcfg.OnHoldEnd = holdEnds(log, mtr)
 	mgr := manager.New(mcfg)
 	if *fastDir != "none" {

@@ -39,6 +39,13 @@
 #define POS_MASK ((1ULL << POS_BITS) - 1)
 #define COUNT_MASK ((1ULL << 24) - 1)
 #define REC_HEADER 8u
+/* The hot window: a put into an empty ring past it starts again at 0. */
+#define RING_HOT (256u << 10)
+#define RING_MAX_CAP (1ULL << 30)
+/* Copies of at least this many bytes let go of the GIL. */
+#define BIG_COPY (256u << 10)
+/* Buffers put_parts takes at once. */
+#define MAX_PARTS 1024
 /* A sleep is at most this long between looks at the detached flag. */
 #define SLEEP_SLICE 1.0
 
@@ -146,22 +153,47 @@ static void rec_header(Ring *r, uint64_t idx, uint32_t n, uint32_t kind) {
     p[1] = kind;
 }
 
-/* Writes one record (it fits) and returns the tail word to commit; the
- * caller stores it (one store commits every record written before it). */
-static uint64_t ring_write2(Ring *r, uint64_t tail, const void *a, uint64_t na, const void *b, uint64_t nb) {
-    uint64_t n = na + nb, tp = tail & POS_MASK, tn = tail >> POS_BITS;
+/* A piece of a record's payload (put_parts gathers many). */
+typedef struct {
+    const void *p;
+    uint64_t n;
+} Part;
+
+/* Writes one record of n payload bytes gathered from parts (it fits) and
+ * returns the tail word to commit; the caller stores it (one store commits
+ * every record written before it). Placement: the record goes at the tail
+ * unless it would cross the end (a pad record, then index 0), or the ring
+ * is empty and the tail is past the hot window (a pad record, then index
+ * 0: a queue of small items stays in the first RING_HOT bytes; see
+ * statemem/ring.go). Either way the record fits when ring_fits said so. */
+static uint64_t ring_writev(Ring *r, uint64_t tail, const Part *parts, int nparts, uint64_t n, int allow_threads) {
+    uint64_t tp = tail & POS_MASK, tn = tail >> POS_BITS, hp = LOAD(W64(r, R_HEAD)) & POS_MASK;
     uint64_t idx = tp & (r->cap - 1), need = REC_HEADER + pad8(n), adv = need;
-    if (idx + need > r->cap) {
+    if (idx + need > r->cap || (tp == hp && idx >= RING_HOT && need <= idx)) {
         rec_header(r, idx, 0, REC_PAD);
         adv += r->cap - idx;
         idx = 0;
     }
     rec_header(r, idx, (uint32_t)n, REC_ITEM);
     unsigned char *dst = r->base + RING_HEADER + idx + REC_HEADER;
-    memcpy(dst, a, na);
-    if (nb)
-        memcpy(dst + na, b, nb);
+    /* A large copy lets other threads run when the caller allows it: it
+     * holds exports of the buffers (nobody can resize or free them), and
+     * the latch, held by our slot, keeps everyone else off the ring. */
+    PyThreadState *ts = allow_threads && n >= BIG_COPY ? PyEval_SaveThread() : NULL;
+    for (int i = 0; i < nparts; i++) {
+        if (parts[i].n) {
+            memcpy(dst, parts[i].p, parts[i].n);
+            dst += parts[i].n;
+        }
+    }
+    if (ts != NULL)
+        PyEval_RestoreThread(ts);
     return ((tp + adv) & POS_MASK) | (((tn + 1) & COUNT_MASK) << POS_BITS);
+}
+
+static uint64_t ring_write2(Ring *r, uint64_t tail, const void *a, uint64_t na, const void *b, uint64_t nb) {
+    Part parts[2] = {{a, na}, {b, nb}};
+    return ring_writev(r, tail, parts, 2, na + nb, 0);
 }
 
 static uint64_t ring_write(Ring *r, uint64_t tail, const void *data, uint64_t n) {
@@ -195,6 +227,21 @@ static int ring_peek(Ring *r, uint64_t h, const unsigned char **data, uint64_t *
     *n = len;
     *next = ((hp + adv) & POS_MASK) | (((hn + 1) & COUNT_MASK) << POS_BITS);
     return 0;
+}
+
+/* A new bytearray holding a copy of n bytes at data (a large copy lets
+ * other threads run); NULL with an exception. */
+static PyObject *bytearray_copy(const unsigned char *data, uint64_t n) {
+    if (n < BIG_COPY)
+        return PyByteArray_FromStringAndSize((const char *)data, (Py_ssize_t)n);
+    PyObject *out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)n);
+    if (out == NULL)
+        return NULL;
+    char *dst = PyByteArray_AS_STRING(out);
+    Py_BEGIN_ALLOW_THREADS
+    memcpy(dst, data, n);
+    Py_END_ALLOW_THREADS
+    return out;
 }
 
 /* Takes one off a count that the daemon may have zeroed meanwhile (it
@@ -289,23 +336,23 @@ static int op_begin(Ring *r) {
     return 0;
 }
 
-/* The put loop for an encoded item in two pieces (a header and a body). */
-static int put_core(Ring *r, const void *a, uint64_t na, const void *b, uint64_t nb, double timeout) {
+/* The put loop for an encoded item of n bytes in pieces. */
+static int put_corev(Ring *r, const Part *parts, int nparts, uint64_t n, double timeout) {
     Wait wt = {.started = 0};
-    if (na + nb > r->inline_max)
+    if (n > r->inline_max)
         return RES_DAEMON;
     for (;;) {
         int res = op_begin(r);
         if (res != 0)
             return res;
         STEP(1);
-        int fits = ring_fits(r, na + nb);
+        int fits = ring_fits(r, n);
         if (fits < 0 || fits == 2) { /* corrupt, or an item for the daemon to keep */
             latch_free(r, 0);
             return RES_DAEMON;
         }
         if (fits == 1) {
-            uint64_t t = ring_write2(r, LOAD(W64(r, R_TAIL)), a, na, b, nb);
+            uint64_t t = ring_writev(r, LOAD(W64(r, R_TAIL)), parts, nparts, n, 1);
             STEP(2);
             if (!latch_ours(r))
                 return RES_DAEMON; /* taken over: nothing committed */
@@ -327,6 +374,12 @@ static int put_core(Ring *r, const void *a, uint64_t na, const void *b, uint64_t
     }
 }
 
+/* The put loop for an encoded item in two pieces (a header and a body). */
+static int put_core(Ring *r, const void *a, uint64_t na, const void *b, uint64_t nb, double timeout) {
+    Part parts[2] = {{a, na}, {b, nb}};
+    return put_corev(r, parts, 2, na + nb, timeout);
+}
+
 /* put(data, timeout) -> OK | BUSY (full at the deadline) | DAEMON */
 static PyObject *ring_put(Ring *r, PyObject *const *args, Py_ssize_t nargs) {
     NARGS(2, "put");
@@ -339,6 +392,51 @@ static PyObject *ring_put(Ring *r, PyObject *const *args, Py_ssize_t nargs) {
     int res = put_core(r, b.buf, (uint64_t)b.len, NULL, 0, timeout);
     PyBuffer_Release(&b);
     return result(res);
+}
+
+/* put_parts(parts, timeout) -> OK | BUSY | DAEMON: one item whose encoding
+ * is the concatenation of parts (objects with the buffer protocol, e.g. a
+ * header and a pickle's out-of-band buffers), gathered straight into the
+ * ring record under the latch: one copy, no joined bytes object. */
+static PyObject *ring_put_parts(Ring *r, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(2, "put_parts");
+    double timeout;
+    if (get_timeout(args[1], &timeout) < 0)
+        return NULL;
+    PyObject *seq = PySequence_Fast(args[0], "put_parts takes a sequence of buffers");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t np = PySequence_Fast_GET_SIZE(seq);
+    if (np < 1 || np > MAX_PARTS) {
+        Py_DECREF(seq);
+        PyErr_Format(PyExc_ValueError, "put_parts takes 1 to %d buffers", MAX_PARTS);
+        return NULL;
+    }
+    Py_buffer *bufs = PyMem_Calloc((size_t)np, sizeof(Py_buffer));
+    Part *parts = PyMem_Calloc((size_t)np, sizeof(Part));
+    PyObject *out = NULL;
+    Py_ssize_t got = 0;
+    uint64_t n = 0;
+    if (bufs == NULL || parts == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (; got < np; got++) {
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, got), &bufs[got], PyBUF_SIMPLE) < 0)
+            goto done;
+        parts[got].p = bufs[got].buf;
+        parts[got].n = (uint64_t)bufs[got].len;
+        n += parts[got].n;
+    }
+    int res = n > r->inline_max ? RES_DAEMON : put_corev(r, parts, (int)np, n, timeout);
+    out = result(res);
+done:
+    for (Py_ssize_t i = 0; i < got; i++)
+        PyBuffer_Release(&bufs[i]);
+    PyMem_Free(bufs);
+    PyMem_Free(parts);
+    Py_DECREF(seq);
+    return out;
 }
 
 /* --- plain scalars as msgpack, without Python's encoder ------------------
@@ -647,7 +745,7 @@ static PyObject *get_core(Ring *r, double timeout, int decode, int *res) {
             if (!decode)
                 out = PyBytes_FromStringAndSize((const char *)data, (Py_ssize_t)n);
             else if ((out = decode_scalar(data, n)) == NULL && !PyErr_Occurred())
-                out = PyByteArray_FromStringAndSize((const char *)data, (Py_ssize_t)n);
+                out = bytearray_copy(data, n);
             if (out == NULL) { /* no memory: the item stays at the head */
                 latch_free(r, 0);
                 *res = -1;
@@ -744,7 +842,7 @@ static PyObject *ring_get_many(Ring *r, PyObject *const *args, Py_ssize_t nargs)
                 break;
             PyObject *b = decode_scalar(data, n);
             if (b == NULL && !PyErr_Occurred())
-                b = PyByteArray_FromStringAndSize((const char *)data, (Py_ssize_t)n);
+                b = bytearray_copy(data, n);
             if (b == NULL || PyList_Append(list, b) < 0) {
                 Py_XDECREF(b);
                 Py_DECREF(list);
@@ -851,7 +949,7 @@ static int ring_init(Ring *r, PyObject *args, PyObject *kw) {
         PyErr_SetString(PyExc_RuntimeError, "ring already mapped");
         return -1;
     }
-    if (cap < 4096 || (cap & (cap - 1)) != 0 || cap > (64ULL << 20) || (uint64_t)size != RING_HEADER + cap ||
+    if (cap < 4096 || (cap & (cap - 1)) != 0 || cap > RING_MAX_CAP || (uint64_t)size != RING_HEADER + cap ||
         inl > cap / 4 || slot == 0 || slot > MASK_LOW) {
         PyErr_SetString(PyExc_ValueError, "bad ring layout");
         return -1;
@@ -886,6 +984,8 @@ static PyObject *ring_get_inline(Ring *r, void *Py_UNUSED(c)) {
 
 static PyMethodDef ring_methods[] = {
     {"put", (PyCFunction)(void (*)(void))ring_put, METH_FASTCALL, "put(data, timeout) -> OK | BUSY | DAEMON"},
+    {"put_parts", (PyCFunction)(void (*)(void))ring_put_parts, METH_FASTCALL,
+     "put_parts(buffers, timeout) -> OK | BUSY | DAEMON: one item, gathered from buffers"},
     {"put_many", (PyCFunction)(void (*)(void))ring_put_many, METH_FASTCALL,
      "put_many(items: plain scalars or bytearrays of encoded items) -> how many went in, or None"},
     {"get", (PyCFunction)(void (*)(void))ring_get, METH_FASTCALL, "get(timeout) -> bytes | BUSY | DAEMON"},

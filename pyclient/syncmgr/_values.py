@@ -7,6 +7,17 @@ other value is stored as a pickle, which only Python reads:
 
 * ``0xC1`` followed by one msgpack object: plain data. ``0xC1`` is the one
   byte msgpack never uses, and no pickle starts with it.
+* ``0xC2``: a pickle with out-of-band buffers (protocol 5), as a fast-path
+  Queue put stores an item that holds large buffers (a numpy array, a
+  ``bytearray``, a ``PickleBuffer``) so that the buffers are copied once,
+  straight into the queue's shared ring (``dumps_parts``). Layout, little
+  endian: u8 0xC2, u8 0 (format), u16 0, u32 buffer count n, u64 in-band
+  length L; n times (u64 offset, u64 length) of each buffer; the in-band
+  pickle (L bytes) at 16 + 16 n; each buffer at its offset, a multiple of
+  64 past the in-band pickle and the buffer before it, the last one ending
+  the value. ``loads`` rebuilds the object over slices of the value itself
+  (numpy arrays come out writable when the value is a ``bytearray``).
+  No pickle starts with 0xC2 (it is no opcode).
 * anything else: a pickle (protocol 2 and later start with ``0x80``).
 
 Plain data is exactly: ``None``, ``bool``, ``int`` in [-2**63, 2**64),
@@ -21,18 +32,26 @@ deeper than msgpack packs (about 1,000 levels). See docs/protocol.md,
 from __future__ import annotations
 
 import pickle
+import struct
 import threading
 from typing import Any
 
 import msgpack
 
-__all__ = ["TAG", "dumps", "loads", "is_plain"]
+__all__ = ["TAG", "TAG_OOB", "dumps", "dumps_parts", "loads", "is_plain"]
 
 TAG = b"\xc1"
 _TAG_INT = 0xC1
+TAG_OOB = 0xC2
 PICKLE_PROTOCOL = 5
-
-
+# A buffer of at least this many bytes goes out of band (dumps_parts);
+# smaller ones stay in the pickle, where the copy costs less than the
+# buffer's 16 bytes of header and up to 63 of alignment.
+OOB_MIN = 4096
+_OOB_ALIGN = 64
+_OOB_HEAD = struct.Struct("<BBHIQ")
+_OOB_ENTRY = struct.Struct("<QQ")
+_ZEROS = bytes(_OOB_ALIGN)
 
 _local = threading.local()
 
@@ -80,8 +99,80 @@ def dumps(obj: Any) -> bytes:
     return pickle.dumps(obj, protocol=PICKLE_PROTOCOL)
 
 
+def dumps_parts(obj: Any) -> list[Any]:
+    """obj as stored by the daemon, in pieces to concatenate: one piece (what
+    dumps returns) unless obj pickles with buffers of at least OOB_MIN bytes;
+    then the out-of-band format (0xC2, see the module docstring), whose
+    pieces are its header and in-band pickle, the buffers themselves (not
+    copied: memoryviews of obj's memory, valid while obj is unchanged) and
+    the zero padding between them. Pickling errors raise here, before
+    anything is stored."""
+    if type(obj) in _PLAIN_TYPES:
+        try:
+            return [TAG + _pack(obj)]
+        except _NOT_PLAIN:  # e.g. a list of numpy arrays
+            pass
+    bufs: list[memoryview] = []
+
+    def keep(pb: pickle.PickleBuffer) -> bool:
+        try:
+            m = pb.raw()  # contiguous bytes of any shape (C or Fortran order)
+        except BufferError:
+            return True  # not contiguous: pickle keeps it in band (or refuses it)
+        if m.nbytes < OOB_MIN:
+            return True
+        bufs.append(m)
+        return False
+
+    inband = pickle.dumps(obj, protocol=PICKLE_PROTOCOL, buffer_callback=keep)
+    if not bufs:
+        return [inband]
+    head = _OOB_HEAD.size + _OOB_ENTRY.size * len(bufs)
+    off = head + len(inband)
+    table, pads = [], []
+    for m in bufs:
+        start = -(-off // _OOB_ALIGN) * _OOB_ALIGN
+        pads.append(start - off)
+        table.append(_OOB_ENTRY.pack(start, m.nbytes))
+        off = start + m.nbytes
+    first = b"".join([_OOB_HEAD.pack(TAG_OOB, 0, 0, len(bufs), len(inband)), *table, inband, _ZEROS[: pads[0]]])
+    parts: list[Any] = [first]
+    for i, m in enumerate(bufs):
+        if i:
+            parts.append(_ZEROS[: pads[i]])
+        parts.append(m)
+    return parts
+
+
+def _loads_oob(data: Any) -> Any:
+    mv = memoryview(data)
+    if mv.readonly:  # bytes from a socket: the buffers get memory of their own, writable
+        mv = memoryview(bytearray(mv))
+    total = mv.nbytes
+    if total < _OOB_HEAD.size:
+        raise ValueError("malformed out-of-band item: short header")
+    _, fmt, _, n, inband = _OOB_HEAD.unpack_from(mv)
+    head = _OOB_HEAD.size + _OOB_ENTRY.size * n
+    if fmt != 0 or n == 0 or head > total or inband > total - head:
+        raise ValueError("malformed out-of-band item: bad header")
+    end = head + inband
+    bufs = []
+    for i in range(n):
+        off, size = _OOB_ENTRY.unpack_from(mv, _OOB_HEAD.size + _OOB_ENTRY.size * i)
+        if off < end or off % _OOB_ALIGN or size > total - off:
+            raise ValueError("malformed out-of-band item: bad buffer table")
+        bufs.append(mv[off : off + size])
+        end = off + size
+    if end != total:
+        raise ValueError("malformed out-of-band item: trailing bytes")
+    return pickle.loads(mv[head : head + inband], buffers=bufs)
+
+
 def loads(data: Any) -> Any:
     """The value stored as data (bytes, bytearray or memoryview)."""
-    if len(data) and data[0] == _TAG_INT:
-        return msgpack.unpackb(memoryview(data)[1:], raw=False, strict_map_key=False, use_list=True)
+    if len(data):
+        if data[0] == _TAG_INT:
+            return msgpack.unpackb(memoryview(data)[1:], raw=False, strict_map_key=False, use_list=True)
+        if data[0] == TAG_OOB:
+            return _loads_oob(data)
     return pickle.loads(data)

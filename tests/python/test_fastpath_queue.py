@@ -162,7 +162,7 @@ def test_unpicklable_item_is_refused_before_anything_is_stored(m):
 
 
 def test_large_items_keep_their_place():
-    d = start_daemon("--max-object-bytes", "2000000")
+    d = start_daemon("--max-object-bytes", "2000000", "--queue-ring-bytes", "1048576")
     try:
         m = syncmgr.connect(d.address, d.key)
         q = m.Queue(name="fpq-large")

@@ -1,0 +1,108 @@
+package manager
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+
+	"github.com/syncmgr/syncmgr/statemem"
+)
+
+// A Queue's ring has the configured capacity (64 MiB by default), keeps
+// items up to a quarter of it inline, and the sweeper gives back its pages
+// past the hot window once a burst of large items is drained.
+func TestQueueRingLargeItemsAndTrim(t *testing.T) {
+	m, _ := fastManager(t)
+	q := ringQueue(t, m, "large", 0)
+	r := q.Ring()
+	if r.Capacity() != DefaultQueueRingBytes || r.Inline() != DefaultQueueRingBytes/4 {
+		t.Fatalf("capacity %d inline %d, want 64 MiB and 16 MiB", r.Capacity(), r.Inline())
+	}
+	ctx := testCtx(t)
+	var want [][]byte
+	for i := 0; i < 8; i++ {
+		it := bytes.Repeat([]byte{byte(i)}, 4<<20)
+		if err := q.Put(ctx, it, false, 0); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, it)
+	}
+	if items, _, err := r.Len(); err != nil || items != 8 {
+		t.Fatalf("the ring holds %d items (%v), want all 8 inline", items, err)
+	}
+	if a := r.Allocated(); a < 32<<20 {
+		t.Fatalf("the ring holds %d bytes of memory after 32 MiB of items", a)
+	}
+	f := m.fast
+	f.trimQueues()
+	f.trimQueues()
+	if a := r.Allocated(); a < 32<<20 {
+		t.Fatalf("a ring that holds items was trimmed to %d bytes", a)
+	}
+	for i, w := range want {
+		got, err := q.Get(ctx, false, 0)
+		if err != nil || !bytes.Equal(got, w) {
+			t.Fatalf("item %d: %d bytes, %v", i, len(got), err)
+		}
+	}
+	f.trimQueues() // sees a new seq: not idle yet
+	f.trimQueues()
+	if a := r.Allocated(); a > statemem.RingHeader+statemem.RingHot+1<<20 {
+		t.Fatalf("a drained idle ring still holds %d bytes of memory", a)
+	}
+	// It works after.
+	for i := 0; i < 3; i++ {
+		if err := q.Put(ctx, bytes.Repeat([]byte{9}, 1<<20), false, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 3; i++ {
+		if got, err := q.Get(ctx, false, 0); err != nil || len(got) != 1<<20 || got[0] != 9 || got[len(got)-1] != 9 {
+			t.Fatalf("after the trim: %d bytes, %v", len(got), err)
+		}
+	}
+}
+
+// The ring capacity follows Config.QueueRingBytes.
+func TestQueueRingBytesConfig(t *testing.T) {
+	m := smallRingManager(t)
+	q := ringQueue(t, m, "small", 0)
+	if c := q.Ring().Capacity(); c != smallRing {
+		t.Fatalf("capacity %d, want %d", c, smallRing)
+	}
+}
+
+// The ring holds at most --max-object-bytes, and what the daemon keeps for
+// a queue with a ring is charged with the ring's bytes counted, so a queue's
+// items stay under the per-object limit wherever they are.
+func TestQueueRingChargesCountTheRing(t *testing.T) {
+	seg, err := statemem.Create(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { seg.Close() })
+	cfg := DefaultConfig()
+	cfg.MaxObjectBytes = 1<<20 + 1000
+	m := newManager(t, cfg)
+	m.EnableFastPath(seg)
+	q := ringQueue(t, m, "charged", 0)
+	if c := q.Ring().Capacity(); c != 1<<20 {
+		t.Fatalf("capacity %d, want the limit rounded down to a power of two", c)
+	}
+	ctx := testCtx(t)
+	for i := 0; i < 3; i++ { // inline: ~600 KiB in the ring, charged nowhere else
+		if err := q.Put(ctx, bytes.Repeat([]byte{1}, 200<<10), false, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	big := bytes.Repeat([]byte{2}, 300<<10) // over the inline limit: the daemon keeps it
+	if err := q.Put(ctx, big, false, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Put(ctx, big, false, 0); !errors.Is(err, ErrLimit) {
+		t.Fatalf("a put past the limit with the ring counted: %v, want ErrLimit", err)
+	}
+	if q.Len() != 4 {
+		t.Fatalf("len %d, want 4", q.Len())
+	}
+}
