@@ -70,7 +70,7 @@ func OpenRing(fd int, size int64, capacity, inline, maxsize uint64, slot uint32)
 	if !littleEndian {
 		return nil, ErrBigEndian
 	}
-	if capacity < 4096 || capacity&(capacity-1) != 0 || capacity > 64<<20 || size != int64(RingHeader)+int64(capacity) ||
+	if capacity < 4096 || capacity&(capacity-1) != 0 || capacity > RingMaxCapacity || size != int64(RingHeader)+int64(capacity) ||
 		inline > capacity/4 || slot == 0 || slot > MaxSlot {
 		return nil, fmt.Errorf("%w: bad ring layout (size %d, capacity %d, inline %d, slot %d)", ErrBadSegment, size, capacity, inline, slot)
 	}
