@@ -26,7 +26,7 @@ import (
 //	24   u64  maxsize: items the ring holds at most (0: no limit)
 //	32   u64  inline max: the largest item a client writes into the ring
 //	64   u64  latch: the session slot of the one op in flight (0: none)
-//	72   u64  flags: RingFlagDaemon
+//	72   u64  flags: RingFlagDaemon | RingFlagOver
 //	80   u64  tail word: position (bits 0-39) | puts (bits 40-63)
 //	88   u64  head word: position (bits 0-39) | gets (bits 40-63)
 //	96   u64  seq: bumped by every change; the futex word (low 32 bits)
@@ -52,7 +52,7 @@ import (
 // on its side and checks every position and length before it uses it.
 const (
 	RingMagic   uint64 = 0x5152474d434e5953 // "SYNCMGRQ" read as a little-endian u64
-	RingVersion uint32 = 1
+	RingVersion uint32 = 2
 	// RingSlots is the number of session slots the waiter table covers:
 	// sessions with a larger slot id use the queue through the daemon.
 	RingSlots  = 1024
@@ -77,10 +77,18 @@ const (
 	RingWaitGet uint32 = 1
 	RingWaitPut uint32 = 2
 
-	// RingFlagDaemon: the daemon holds items of this queue outside the ring
-	// (an undone get's item at the front, or puts that found no room at the
-	// back); clients send every op to the daemon while it is set.
+	// RingFlagDaemon: the daemon holds items of this queue before the ring
+	// (an undone get's item), or the ring is retired or broken; clients
+	// send every op to the daemon while it is set.
 	RingFlagDaemon uint64 = 1
+	// RingFlagOver: the daemon holds the newest items of this queue, after
+	// everything in the ring (puts that found no room). Clients send their
+	// puts to the daemon (they queue behind those items), but get from the
+	// ring while it holds records; a get that finds the ring empty goes to
+	// the daemon. qsize, empty and full go to the daemon while any flag is
+	// set. A client that knows no finer rule treats any nonzero flags word
+	// as RingFlagDaemon.
+	RingFlagOver uint64 = 2
 
 	// Record kinds.
 	RecItem     uint32 = 1 // payload: the item's bytes

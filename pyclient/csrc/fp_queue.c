@@ -17,7 +17,7 @@
 #include <signal.h>
 
 #define RING_MAGIC 0x5152474d434e5953ULL /* "SYNCMGRQ" */
-#define RING_VERSION 1u
+#define RING_VERSION 2u
 #define RING_SLOTS 1024u
 #define RING_HEADER (128u + 16u * RING_SLOTS)
 #define WAIT_GET 1u
@@ -32,6 +32,7 @@
 #define R_WAITERS 104u
 #define R_SLOTS 128u
 #define FLAG_DAEMON 1ULL
+#define FLAG_OVER 2ULL
 #define REC_ITEM 1u
 #define REC_EXTERNAL 2u
 #define REC_PAD 3u
@@ -275,19 +276,30 @@ static int wait_start(Wait *wt, double timeout) {
     return 0;
 }
 
-/* The common start of an op: latch taken, no daemon flag. */
-static int op_begin(Ring *r) {
+/* The common start of an op: latch taken, and no flag that sends the op to
+ * the daemon. A put goes to the daemon with any flag set (with OVER the
+ * daemon holds the newest items: a put must queue behind them); a get only
+ * with a flag other than OVER (the daemon holds items before the ring's),
+ * and with OVER it gets from the ring while the ring holds records (*over
+ * tells it to go to the daemon once the ring is empty). The flags change
+ * only under the latch, so they hold for the whole op. */
+static int op_begin_for(Ring *r, int get, int *over) {
     if (r->base == NULL || LOAD(&r->detached))
         return RES_DAEMON;
     int l = latch_take(r);
     if (l != 0)
         return l;
-    if (LOAD(W64(r, R_FLAGS)) & FLAG_DAEMON) {
+    uint64_t f = LOAD(W64(r, R_FLAGS));
+    if (f & ~(get ? FLAG_OVER : 0ULL)) {
         latch_free(r, 0);
         return RES_DAEMON;
     }
+    if (over != NULL)
+        *over = (f & FLAG_OVER) != 0;
     return 0;
 }
+
+static int op_begin(Ring *r) { return op_begin_for(r, 0, NULL); }
 
 /* The put loop for an encoded item in two pieces (a header and a body). */
 static int put_core(Ring *r, const void *a, uint64_t na, const void *b, uint64_t nb, double timeout) {
@@ -635,7 +647,8 @@ static PyObject *ring_put_many(Ring *r, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *get_core(Ring *r, double timeout, int decode, int *res) {
     Wait wt = {.started = 0};
     for (;;) {
-        *res = op_begin(r);
+        int over = 0;
+        *res = op_begin_for(r, 1, &over);
         if (*res != 0)
             return NULL;
         STEP(11);
@@ -664,6 +677,8 @@ static PyObject *get_core(Ring *r, double timeout, int decode, int *res) {
             latch_free(r, 1);
             return out;
         }
+        if (*res == RES_NONE && over)
+            *res = RES_DAEMON; /* the ring ran dry: the next items are the daemon's */
         if (*res != RES_NONE || timeout == 0) {
             latch_free(r, 0);
             return NULL;
@@ -726,7 +741,8 @@ static PyObject *ring_get_many(Ring *r, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     Wait wt = {.started = 0};
     for (;;) {
-        int res = op_begin(r);
+        int over = 0;
+        int res = op_begin_for(r, 1, &over);
         if (res != 0)
             return result(res);
         STEP(11);
@@ -766,6 +782,8 @@ static PyObject *ring_get_many(Ring *r, PyObject *const *args, Py_ssize_t nargs)
             return list;
         }
         Py_DECREF(list);
+        if (res == RES_NONE && over)
+            res = RES_DAEMON; /* none in the ring: the next items are the daemon's */
         if (res != RES_NONE || timeout == 0) {
             latch_free(r, 0);
             return result(res);
@@ -779,9 +797,10 @@ static PyObject *ring_get_many(Ring *r, PyObject *const *args, Py_ssize_t nargs)
     }
 }
 
-/* qsize() -> items in the ring, or -1 when the daemon holds items too */
+/* qsize() -> items in the ring, or -1 when the daemon may hold items too
+ * (any flag set) */
 static PyObject *ring_qsize(Ring *r, PyObject *Py_UNUSED(ignored)) {
-    if (r->base == NULL || LOAD(&r->detached) || (LOAD(W64(r, R_FLAGS)) & FLAG_DAEMON))
+    if (r->base == NULL || LOAD(&r->detached) || LOAD(W64(r, R_FLAGS)) != 0)
         return PyLong_FromLong(-1);
     uint64_t t = LOAD(W64(r, R_TAIL)), h = LOAD(W64(r, R_HEAD));
     uint64_t items = ((t >> POS_BITS) - (h >> POS_BITS)) & COUNT_MASK;
@@ -907,7 +926,12 @@ static PyObject *ring_get_maxsize(Ring *r, void *Py_UNUSED(c)) {
     return PyLong_FromUnsignedLongLong(r->maxsize);
 }
 
+static PyObject *ring_get_capacity(Ring *r, void *Py_UNUSED(c)) {
+    return PyLong_FromUnsignedLongLong(r->cap);
+}
+
 static PyGetSetDef ring_getset[] = {
+    {"capacity", (getter)ring_get_capacity, NULL, "bytes of the ring's data area", NULL},
     {"maxsize", (getter)ring_get_maxsize, NULL, "items the ring holds at most (0: no limit)", NULL},
     {"inline", (getter)ring_get_inline, NULL, "largest item written into the ring", NULL},
     {NULL, NULL, NULL, NULL, NULL},

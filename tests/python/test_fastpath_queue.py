@@ -187,6 +187,88 @@ def test_large_items_keep_their_place():
         d.close()
 
 
+def _flood(q, n, size, half):
+    for i in range(n):
+        q.put(b"%08d" % i + b"." * (size - 8))
+        if i == n // 2:
+            half.set()
+
+
+def test_overflow_keeps_gets_on_the_ring():
+    """A producer that outruns its consumer fills the ring; its later puts go
+    to the daemon (behind the items it holds), but the consumer's gets stay
+    on the ring: the daemon refills it from what it holds. Counted by the
+    daemon's own op counters, not timed."""
+    from test_metrics import _endpoint, _get, _value
+    d = start_daemon("--metrics", "127.0.0.1:0", "--log-format", "json", "--log-level", "info")
+    try:
+        m = syncmgr.connect(d.address, d.key)
+        q = m.Queue(name="fpq-flood")
+        assert _fast.active(q)
+        cap = q._fast.ring.capacity
+        size = max(64, cap // 512)
+        n = 4 * cap // size  # four rings' worth
+        half = CTX.Event()
+        p = CTX.Process(target=_flood, args=(q, n, size, half))
+        p.start()
+        assert half.wait(60)  # two rings' worth put: the ring overflowed
+        got = [q.get(timeout=30) for _ in range(n)]
+        p.join(60)
+        assert p.exitcode == 0
+        assert [g[:8] for g in got] == [b"%08d" % i for i in range(n)]  # in order, none lost or doubled
+        assert q.empty()
+        _, _, text = _get(_endpoint(d) + "/metrics")
+        socket_puts = _value(text, 'syncmgr_ops_total{kind="queue",op="put",result="ok"}')
+        socket_gets = _value(text, 'syncmgr_ops_total{kind="queue",op="get",result="ok"}')
+        print(f"{n} items, {socket_puts:.0f} puts and {socket_gets:.0f} gets through the daemon")
+        assert socket_puts > 0, "the ring never overflowed"
+        assert socket_gets <= n // 10, f"{socket_gets:.0f} of {n} gets went to the daemon"
+        assert q._fast.ring.word("flags") == 0
+    finally:
+        d.close()
+
+
+def test_overflow_keeps_one_fifo_for_fast_and_socket_clients(daemon, m):
+    """While the daemon holds the newest items (the ring is full), fast puts
+    queue behind them as socket puts do, and fast and socket gets take the
+    items in one order."""
+    q = m.Queue(name="fpq-over-mixed")
+    ring = q._fast.ring
+    size = max(64, ring.capacity // 512)
+    n = 3 * ring.capacity // size
+    item = lambda i: b"%08d" % i + b"." * (size - 8)  # noqa: E731
+    for i in range(n):  # past the ring's room
+        q.put(item(i))
+    assert ring.word("flags") == 2  # OVER: the daemon holds the newest items, gets stay on the ring
+    assert q.qsize() == n and not q.empty() and not q.full()
+    socket_put = run_py(daemon, """
+        import syncmgr, os
+        m = syncmgr.connect(os.environ["SYNCMGR_ADDRESS"], bytes.fromhex(os.environ["SYNCMGR_AUTHKEY"]))
+        q = m.Queue(name="fpq-over-mixed")
+        n, size = int(os.environ["N"]), int(os.environ["SIZE"])
+        for i in range(n, n + 100):
+            q.put(b"%08d" % i + b"." * (size - 8))
+    """, SYNCMGR_FASTPATH="0", N=str(n), SIZE=str(size))
+    assert socket_put.wait(60) == 0, socket_put.stderr.read()
+    for i in range(n + 100, n + 200):
+        q.put(item(i))  # fast client: behind the daemon's items
+    k = n // 2
+    socket_get = run_py(daemon, """
+        import syncmgr, os
+        m = syncmgr.connect(os.environ["SYNCMGR_ADDRESS"], bytes.fromhex(os.environ["SYNCMGR_AUTHKEY"]))
+        q = m.Queue(name="fpq-over-mixed")
+        print(" ".join(q.get(timeout=30)[:8].decode() for _ in range(int(os.environ["K"]))), flush=True)
+    """, SYNCMGR_FASTPATH="0", K=str(k))
+    out, err = socket_get.communicate(timeout=120)
+    assert socket_get.returncode == 0, err
+    first = [int(x) for x in out.split()]
+    rest = q.get_many(10 * n, timeout=10)
+    while len(first) + len(rest) < n + 200:
+        rest += q.get_many(10 * n, timeout=10)
+    assert first + [int(g[:8]) for g in rest] == list(range(n + 200))
+    assert q.empty() and ring.word("flags") == 0
+
+
 def test_fast_and_socket_clients_share_one_fifo(daemon, m):
     q = m.Queue(maxsize=50, name="fpq-mixed")
     n = 400
