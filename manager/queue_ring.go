@@ -58,13 +58,10 @@ const (
 	MaxQueueRings  = 1024
 )
 
-// bindQueue gives a new Queue (not a JoinableQueue, whose task counts stay
-// with the daemon) a ring. A failure is not an error: the queue keeps its
-// items in the daemon.
+// bindQueue gives a new Queue or JoinableQueue a ring (a JoinableQueue's
+// task counts are in it too: queue_owed.go). A failure is not an error: the
+// queue keeps its items in the daemon.
 func (f *fastPath) bindQueue(q *Queue, perObject int64) {
-	if q.joinable {
-		return
-	}
 	inline := uint64(QueueRingBytes / 4)
 	if perObject > 0 && uint64(perObject-ItemOverhead) < inline {
 		if perObject <= ItemOverhead {
@@ -124,8 +121,9 @@ func (q *Queue) Ring() *statemem.Ring {
 // QueueWaiting is a fast-path client's thread asleep on a Queue's ring.
 type QueueWaiting struct {
 	Session uint64
+	Kind    string // wire kind: "queue" or "joinable_queue"
 	Name    string
-	Op      string    // "get" or "put" ("" unknown)
+	Op      string    // "get", "put" or "join" ("" unknown)
 	Since   time.Time // zero: unknown
 	Count   int       // threads of that session waiting so
 }
@@ -153,8 +151,12 @@ func (m *Manager) QueueWaiting() []QueueWaiting {
 			if s == nil {
 				continue
 			}
-			op := map[uint32]string{statemem.RingWaitGet: "get", statemem.RingWaitPut: "put"}[w.Op]
-			out = append(out, QueueWaiting{Session: s.ID, Name: qr.name, Op: op, Since: w.Since, Count: w.Count})
+			op := map[uint32]string{statemem.RingWaitGet: "get", statemem.RingWaitPut: "put", statemem.RingWaitJoin: "join"}[w.Op]
+			kind := "queue"
+			if qr.q.joinable {
+				kind = "joinable_queue"
+			}
+			out = append(out, QueueWaiting{Session: s.ID, Kind: kind, Name: qr.name, Op: op, Since: w.Since, Count: w.Count})
 		}
 	}
 	return out
@@ -172,6 +174,9 @@ func (f *fastPath) releaseQueueSlots(slot Slot) {
 	f.mu.Unlock()
 	for _, qr := range rings {
 		qr.r.ReleaseLatch(uint32(slot))
+		if qr.q.joinable && slot < statemem.RingSlots {
+			qr.q.ringReleaseOwed(uint32(slot), nil)
+		}
 	}
 }
 
@@ -207,6 +212,9 @@ func (q *Queue) ringTryPut(item []byte) (ok bool, err error) {
 	if q.maxsize > 0 && n >= q.maxsize {
 		return false, nil
 	}
+	if q.joinable && qr.r.Unfinished() >= statemem.RingMaxUnfinished {
+		return false, nil // the unfinished count is at its bound: wait as on a full queue
+	}
 	if len(qr.over) > 0 {
 		moved = q.settle()
 	}
@@ -239,8 +247,10 @@ func (q *Queue) ringTryPut(item []byte) (ok bool, err error) {
 		}
 	}
 	qr.over = append(qr.over, item)
+	if q.joinable {
+		qr.r.AddDone(-1) // a put the ring's count does not see yet
+	}
 	q.setFlags()
-	q.accepted()
 	return true, nil
 }
 
@@ -316,6 +326,9 @@ func (q *Queue) settle() (moved bool) {
 			binary.LittleEndian.PutUint64(id[:], qr.extNext)
 			qr.ext[qr.extNext] = item
 			qr.r.Put(statemem.RecExternal, id[:])
+		}
+		if q.joinable {
+			qr.r.AddDone(1) // the ring's put count sees it now
 		}
 		qr.over[0] = nil
 		qr.over = qr.over[1:]
@@ -609,5 +622,6 @@ func (q *Queue) ringDescribe() (string, int) {
 	q.ring.wmu.Lock()
 	dw := q.ring.wn
 	q.ring.wmu.Unlock()
-	return fmt.Sprintf("%d items, %d bytes, %s, shared ring", items, bytes, max), dw + q.ring.r.Waiting()
+	return fmt.Sprintf("%d items, %d bytes, %s, shared ring", items, bytes, max) + q.describeTasks(int64(q.ring.r.UnfinishedNow())),
+		dw + q.ring.r.Waiting()
 }

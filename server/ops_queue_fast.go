@@ -37,7 +37,8 @@ func opQueueAttach(c *conn, id uint64, a wire.Args) (any, manager.Grant, error) 
 		return nil, manager.Grant{}, wire.Errorf(wire.CodeUnknownOp, "the queue fast path is only for Unix-socket clients")
 	}
 	frame, err := wire.EncodeReply(id, nil, map[string]any{"size": r.Size(), "slot": int64(slot),
-		"capacity": int64(r.Capacity()), "inline": int64(r.Inline()), "maxsize": int64(r.Maxsize())})
+		"capacity": int64(r.Capacity()), "inline": int64(r.Inline()), "maxsize": int64(r.Maxsize()),
+		"joinable": q.Kind() == manager.KindJoinableQueue})
 	if err != nil {
 		return nil, manager.Grant{}, err
 	}
@@ -70,7 +71,7 @@ func (s *Server) queueWaiting(now time.Time, out []Waiting) []Waiting {
 			d = now.Sub(w.Since).Seconds()
 		}
 		for i := 0; i < w.Count; i++ {
-			out = append(out, Waiting{Session: w.Session, Kind: wire.KindQueue, Name: w.Name, Op: w.Op, For: d})
+			out = append(out, Waiting{Session: w.Session, Kind: w.Kind, Name: w.Name, Op: w.Op, For: d})
 		}
 	}
 	return out

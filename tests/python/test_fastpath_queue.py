@@ -57,7 +57,9 @@ def test_queue_is_on_the_ring(m):
     assert _fast.active(q), _fast.reasons
     assert "_fast" in q.__dict__ and q.__dict__["_fast"].ring is not None
     jq = m.JoinableQueue()
-    assert not _fast.active(jq)  # task counts stay with the daemon (phase 1)
+    assert _fast.active(jq), _fast.reasons  # its task counts are in the ring too
+    assert "task_done" in jq.__dict__ and "join" in jq.__dict__
+    assert "task_done" not in q.__dict__
 
 
 def test_stock_queue_semantics(m):
