@@ -470,6 +470,7 @@ def _consume_and_die(jq, ready):
 
 def test_joinable_queue_consumer_killed_with_unfinished_items_does_not_hang_join(m):
     jq = m.JoinableQueue(name="fpq-join-dead")
+    assert _fast.active(jq)  # on the ring: the consumer's gets and task_done are its own
     jq.put("a")
     jq.put("b")
     ready = CTX.Event()
@@ -488,6 +489,161 @@ def test_joinable_queue_consumer_killed_with_unfinished_items_does_not_hang_join
     with pytest.raises(ValueError):
         jq.task_done()
 
+
+def test_joinable_task_done_and_join_take_no_round_trip():
+    """A JoinableQueue's put, get, task_done and join stay on its ring
+    (counted by the daemon's op counters); task_done once too often raises
+    ValueError and changes nothing; status shows the unfinished count."""
+    from test_metrics import _endpoint, _get, _value
+    d = start_daemon("--metrics", "127.0.0.1:0", "--log-format", "json", "--log-level", "info")
+    try:
+        m = syncmgr.connect(d.address, d.key)
+        jq = m.JoinableQueue(name="fpq-jq-fast")
+        assert _fast.active(jq)
+        n = 200
+        for i in range(n):
+            jq.put(i)
+        assert jq.join(timeout=0) is False and jq.join(timeout=0.05) is False
+        assert "200 unfinished" in state(m, "fpq-jq-fast")["state"]
+        assert [jq.get() for _ in range(n)] == list(range(n))
+        for _ in range(n - 1):
+            jq.task_done()
+        assert jq.join(timeout=0.05) is False
+        jq.task_done()
+        assert jq.join() is True and jq.join(timeout=0) is True
+        with pytest.raises(ValueError, match="too many"):
+            jq.task_done()
+        assert jq._fast.ring.word("done") % (1 << 24) == n  # the refused call stored nothing
+        jq.put("x")
+        assert jq.get() == "x" and jq.join(timeout=0) is False
+        jq.task_done()
+        assert jq.join(timeout=0) is True
+        assert "0 unfinished" in state(m, "fpq-jq-fast")["state"]
+        _, _, text = _get(_endpoint(d) + "/metrics")
+        for op in ("put", "get", "task_done", "join"):
+            series = f'syncmgr_ops_total{{kind="joinable_queue",op="{op}",result="ok"}}'
+            assert _value(text, series) == 0, (op, _value(text, series))
+    finally:
+        d.close()
+
+
+def _get_and_finish(jq, n):
+    for _ in range(n):
+        jq.get(timeout=30)
+        jq.task_done()
+
+
+def test_joinable_join_is_woken_by_task_done_in_other_processes(daemon, m):
+    """A join asleep on the ring wakes when the last task_done lands, in
+    whichever process and on whichever path (fast or socket) it is called;
+    an item got by one process can be marked done by another."""
+    jq = m.JoinableQueue(name="fpq-jq-wake")
+    jq.put_many(range(20))
+    done = []
+    t = threading.Thread(target=lambda: done.append(jq.join(timeout=60)))
+    t.start()
+    assert wait_until(lambda: state(m, "fpq-jq-wake")["waiters"] == 1)
+    p = CTX.Process(target=_get_and_finish, args=(jq, 10))
+    p.start()
+    p.join(60)
+    assert p.exitcode == 0 and not done
+    socket_c = """
+        import syncmgr, os
+        m = syncmgr.connect(os.environ["SYNCMGR_ADDRESS"], bytes.fromhex(os.environ["SYNCMGR_AUTHKEY"]))
+        jq = m.JoinableQueue(name="fpq-jq-wake")
+        for _ in range(5):
+            if os.environ["GET"] == "1":
+                jq.get(timeout=30)
+            jq.task_done()
+    """
+    getter = run_py(daemon, socket_c, SYNCMGR_FASTPATH="0", GET="1")
+    assert getter.wait(60) == 0, getter.stderr.read()
+    assert [jq.get(timeout=30) for _ in range(5)] == list(range(15, 20))  # got here, finished there:
+    assert jq.join(timeout=0.05) is False and not done
+    finisher = run_py(daemon, socket_c, SYNCMGR_FASTPATH="0", GET="0")
+    assert finisher.wait(60) == 0, finisher.stderr.read()
+    t.join(30)
+    assert done == [True]
+    with pytest.raises(ValueError):
+        jq.task_done()
+
+
+GET_JQ_STEPS = (11, 12, 13)
+DONE_STEPS = (31, 32, 33)
+
+
+def _killed_consumer(jq, step, batch):
+    from syncmgr import _fastpath
+    assert jq.get(timeout=30) == 0  # owed: got, not marked done
+    _fastpath._set_queue_kill_step(step)
+    if step in DONE_STEPS:
+        jq.task_done()
+    elif batch:
+        jq.get_many(1)
+    else:
+        jq.get()
+    os._exit(3)  # never reached
+
+
+@pytest.mark.parametrize("step, batch", [(s, False) for s in GET_JQ_STEPS + DONE_STEPS] + [(13, True)])
+def test_joinable_consumer_killed_mid_op_leaves_the_counts_right(m, step, batch):
+    """A consumer SIGKILLed at a labelled step of get or task_done on a
+    JoinableQueue's ring: whatever it got and had not marked done is marked
+    done when its session ends (the daemon finishes the op from its journal
+    when the kill came between its commit and its debt), so join never hangs
+    and never returns early, no item is delivered twice, and the queue goes
+    on."""
+    name = f"fpq-jq-kill-{step}-{batch}"
+    jq = m.JoinableQueue(name=name)
+    assert _fast.active(jq)
+    for k in range(KILLS):
+        jq.put(0)
+        jq.put(1)
+        p = CTX.Process(target=_killed_consumer, args=(jq, step, batch))
+        p.start()
+        p.join(60)
+        assert p.exitcode == -signal.SIGKILL, p.exitcode
+        if step == 13:  # the second get committed: both items went with the consumer, both marked done
+            assert jq.join(timeout=30) is True, "join hangs"
+            assert jq.qsize() == 0
+        else:  # item 1 is still queued and unfinished; item 0 is marked done (or was done: step 33)
+            assert jq.get(timeout=30) == 1, k
+            assert jq.join(timeout=0.05) is False  # never early: item 1 is not done
+            jq.task_done()
+            assert jq.join(timeout=30) is True, "join hangs"
+        with pytest.raises(ValueError):
+            jq.task_done()  # the counts are exact: nothing left to mark done
+        assert jq._fast.ring.word("journal") == 0 and jq._fast.ring.word("latch") == 0
+        assert state(m, name)["waiters"] == 0
+
+
+def test_ctrl_c_in_a_blocked_join_changes_nothing(daemon, m):
+    jq = m.JoinableQueue(name="fpq-jq-sigint")
+    jq.put("a")
+    p = run_py(daemon, """
+        import syncmgr, os
+        m = syncmgr.connect(os.environ["SYNCMGR_ADDRESS"], bytes.fromhex(os.environ["SYNCMGR_AUTHKEY"]))
+        jq = m.JoinableQueue(name="fpq-jq-sigint")
+        from syncmgr import _fast
+        assert _fast.active(jq)
+        print("ready", flush=True)
+        try:
+            jq.join()
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+        import time
+        time.sleep(60)
+    """)
+    assert p.stdout.readline().strip() == "ready"
+    assert wait_until(lambda: state(m, "fpq-jq-sigint")["waiters"] == 1)
+    os.kill(p.pid, signal.SIGINT)
+    assert p.stdout.readline().strip() == "interrupted"
+    assert "1 unfinished" in state(m, "fpq-jq-sigint")["state"]
+    assert jq.get(timeout=5) == "a"
+    jq.task_done()
+    assert jq.join(timeout=5) is True
+    p.kill()
+    p.wait(30)
 
 SCALARS = [0, 127, 128, -32, -33, 255, 256, -128, -129, 65535, 65536, -32768, -32769, 2**32, -2**31 - 1,
            2**63 - 1, 2**63, 2**64 - 1, -2**63, 2**64, -2**63 - 1, 0.0, -1.5, float("inf"), "", "é", "x" * 31,
