@@ -172,3 +172,47 @@ func TestJoinableRingJournalRepair(t *testing.T) {
 		})
 	}
 }
+
+// A JoinableQueue ring whose puts overflow into the daemon (over): the
+// unfinished count includes the items the daemon keeps, whether they reach
+// the ring before they are got or are got straight from over, and every
+// task_done takes exactly one off.
+func TestJoinableRingOverflowCounts(t *testing.T) {
+	m, _ := fastManager(t)
+	ctx := testCtx(t)
+	s := newSession(t, m)
+	q := create[*Queue](t, m, s, KindJoinableQueue, "jq-over", Params{})
+	r := q.Ring()
+	const n = 1200 // ~1.2 MB of 1 KiB items: most of them in over
+	for i := 0; i < n; i++ {
+		if err := q.Put(ctx, append(item(i), make([]byte, 1000)...), false, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r.Flags() != statemem.RingFlagOver || q.Unfinished() != n {
+		t.Fatalf("flags %#x unfinished %d, want OVER and %d", r.Flags(), q.Unfinished(), n)
+	}
+	for i := 0; i < n; i++ {
+		g, err := q.GetGrant(ctx, false, 0)
+		if err != nil {
+			t.Fatal(i, err)
+		}
+		q.Owe(&g, s)
+		g.Commit()
+		if err := q.TaskDoneBy(s); err != nil {
+			t.Fatal(i, err)
+		}
+		if u := q.Unfinished(); u != int64(n-1-i) {
+			t.Fatalf("after %d items got and done: unfinished %d", i+1, u)
+		}
+	}
+	if ok, err := q.Join(ctx, 0); !ok || err != nil {
+		t.Fatalf("join: %v %v", ok, err)
+	}
+	if err := q.TaskDoneBy(s); !isErr(err, ErrValue) {
+		t.Fatalf("one task_done too many: %v", err)
+	}
+	if st, _ := q.Describe(); !strings.Contains(st, "0 unfinished") {
+		t.Fatalf("describe %q", st)
+	}
+}

@@ -527,6 +527,25 @@ def test_joinable_task_done_and_join_take_no_round_trip():
         d.close()
 
 
+def test_joinable_overflow_counts_the_daemons_items(m):
+    """Puts past a JoinableQueue ring's room wait in the daemon; they count
+    as unfinished all the same, and join returns once each is done."""
+    jq = m.JoinableQueue(name="fpq-jq-over")
+    ring = jq._fast.ring
+    size = max(64, ring.capacity // 512)
+    n = 3 * ring.capacity // size
+    for i in range(n):
+        jq.put(b"%08d" % i + b"." * (size - 8))
+    assert ring.word("flags") == 2 and jq.qsize() == n
+    assert jq.join(timeout=0) is False
+    for i in range(n):
+        assert jq.get(timeout=30)[:8] == b"%08d" % i
+        jq.task_done()
+    assert jq.join(timeout=30) is True
+    with pytest.raises(ValueError):
+        jq.task_done()
+    assert ring.word("flags") == 0
+
 def _get_and_finish(jq, n):
     for _ in range(n):
         jq.get(timeout=30)
