@@ -1,10 +1,12 @@
-"""Queues on the same-host fast path against the real daemon: items in the
-daemon's shared ring, put and got without a round trip; stock queue.Queue
-semantics; fast and socket clients on one FIFO; processes SIGKILLed at each
-labelled step of put and get (the extension's test hook) never wedge the
-queue, never double an item and lose at most the one a killed consumer had
-got; Ctrl-C in a blocked get takes nothing; bad input stores nothing; a
-scribbled ring is an error, not a crash."""
+"""Queues and JoinableQueues on the same-host fast path against the real
+daemon: items (and task counts) in the daemon's shared ring, put, got,
+task_done and join without a round trip; stock queue.Queue semantics; fast
+and socket clients on one FIFO, also while the daemon holds the overflow of
+a full ring; processes SIGKILLed at each labelled step of put, get and
+task_done (the extension's test hook) never wedge the queue, never double
+an item, lose at most the one a killed consumer had got and leave the
+unfinished count right; Ctrl-C in a blocked get or join takes nothing; bad
+input stores nothing; a scribbled ring is an error, not a crash."""
 
 from __future__ import annotations
 
