@@ -28,6 +28,17 @@ func opQueueAttach(c *conn, id uint64, a wire.Args) (any, manager.Grant, error) 
 	if r == nil {
 		return nil, manager.Grant{}, wire.Errorf(wire.CodeUnknownOp, "queue %q is not on the fast path", q.Name())
 	}
+	// A JoinableQueue's ring only for a client that keeps its task counts
+	// (the debts and journal of docs/protocol.md): one that did not would
+	// get items nobody owes, and a join would wait for ever on a dead
+	// consumer's.
+	tasks, err := a.Bool("tasks", false)
+	if err != nil {
+		return nil, manager.Grant{}, err
+	}
+	if q.Kind() == manager.KindJoinableQueue && !tasks {
+		return nil, manager.Grant{}, wire.Errorf(wire.CodeUnknownOp, "joinable queue %q: this client does not keep its task counts on the fast path", q.Name())
+	}
 	slot := c.sess.Slot()
 	if slot == 0 || slot >= statemem.RingSlots {
 		return nil, manager.Grant{}, wire.Errorf(wire.CodeUnknownOp, "the queue fast path is not available to this session")

@@ -609,7 +609,8 @@ def _open_ring(fp: FastPath, kind: str, name: str) -> Any:
             fp.ring_conn = conn
         fds: list[int] = []
         try:
-            conn.send_requests([encode_request(1, "queue_attach", {"kind": kind, "name": name})])
+            # tasks: this client keeps a JoinableQueue's task counts in its ring.
+            conn.send_requests([encode_request(1, "queue_attach", {"kind": kind, "name": name, "tasks": True})])
             data, fds, _, _ = socket.recv_fds(conn.sock, len(conn._rbuf), 1)
             if not data:
                 raise OSError("connection closed")
