@@ -597,7 +597,9 @@ def _killed_consumer(jq, step, batch):
     from syncmgr import _fastpath
     assert jq.get(timeout=30) == 0  # owed: got, not marked done
     _fastpath._set_queue_kill_step(step)
-    if step in DONE_STEPS:
+    if step in PUT_STEPS:
+        jq.put(2)
+    elif step in DONE_STEPS:
         jq.task_done()
     elif batch:
         jq.get_many(1)
@@ -606,9 +608,9 @@ def _killed_consumer(jq, step, batch):
     os._exit(3)  # never reached
 
 
-@pytest.mark.parametrize("step, batch", [(s, False) for s in GET_JQ_STEPS + DONE_STEPS] + [(13, True)])
+@pytest.mark.parametrize("step, batch", [(s, False) for s in PUT_STEPS + GET_JQ_STEPS + DONE_STEPS] + [(13, True)])
 def test_joinable_consumer_killed_mid_op_leaves_the_counts_right(m, step, batch):
-    """A consumer SIGKILLed at a labelled step of get or task_done on a
+    """A consumer SIGKILLed at a labelled step of put, get or task_done on a
     JoinableQueue's ring: whatever it got and had not marked done is marked
     done when its session ends (the daemon finishes the op from its journal
     when the kill came between its commit and its debt), so join never hangs
@@ -627,10 +629,12 @@ def test_joinable_consumer_killed_mid_op_leaves_the_counts_right(m, step, batch)
         if step == 13:  # the second get committed: both items went with the consumer, both marked done
             assert jq.join(timeout=30) is True, "join hangs"
             assert jq.qsize() == 0
-        else:  # item 1 is still queued and unfinished; item 0 is marked done (or was done: step 33)
-            assert jq.get(timeout=30) == 1, k
-            assert jq.join(timeout=0.05) is False  # never early: item 1 is not done
-            jq.task_done()
+        else:  # item 1 (and a committed put's 2) still queued and unfinished; item 0 marked done (or done: 33)
+            want = [1, 2] if step == 3 else [1]
+            for x in want:
+                assert jq.get(timeout=30) == x, k
+                assert jq.join(timeout=0.05) is False  # never early: x is not done
+                jq.task_done()
             assert jq.join(timeout=30) is True, "join hangs"
         with pytest.raises(ValueError):
             jq.task_done()  # the counts are exact: nothing left to mark done
