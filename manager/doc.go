@@ -15,7 +15,10 @@
 //	barrier.go    Barrier
 //	queue.go      Queue, JoinableQueue
 //	queue_ring.go a Queue's items in a shared ring (fast path), the daemon's
-//	              items before and after it, its socket waiters' watcher
+//	              items before and after it, its watcher (socket waiters,
+//	              refills from the daemon's items)
+//	queue_owed.go a JoinableQueue's debts (items got, not marked done) and,
+//	              on a ring, its task counts there
 //	containers.go dict, Namespace (a dict), list
 //
 // Where an op's undo lives (grant.go): every blocking or consuming op

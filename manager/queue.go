@@ -13,7 +13,7 @@ import (
 type Queue struct {
 	base
 	joinable   bool  // a JoinableQueue: counts unfinished tasks
-	unfinished int64 // items put and not yet marked done (joinable only)
+	unfinished int64 // items put and not yet marked done (joinable without a ring; a ring counts them itself)
 	joiners    waitQueue
 	maxsize    int64 // <= 0: unbounded
 	items      list.List
@@ -39,9 +39,10 @@ func (q *Queue) Kind() Kind {
 	return KindQueue
 }
 
-// accepted counts a put that succeeded; called under q.mu.
+// accepted counts a put that succeeded; called under q.mu. A ring counts
+// its puts itself (statemem.Ring.Unfinished).
 func (q *Queue) accepted() {
-	if q.joinable {
+	if q.joinable && q.ring == nil {
 		q.unfinished++
 	}
 }
@@ -53,6 +54,9 @@ func (q *Queue) TaskDone() error { return q.TaskDoneBy(nil) }
 func (q *Queue) taskDoneLocked(s *Session) error {
 	if !q.joinable {
 		return fmt.Errorf("%w: task_done on a queue that is not joinable", ErrType)
+	}
+	if q.ring != nil {
+		return q.ringTaskDone(s)
 	}
 	if q.unfinished <= 0 {
 		return fmt.Errorf("%w: task_done() called too many times", ErrValue)
@@ -69,6 +73,9 @@ func (q *Queue) taskDoneLocked(s *Session) error {
 // Join waits until every item put has been marked done. It reports false
 // on timeout.
 func (q *Queue) Join(ctx context.Context, timeout time.Duration) (bool, error) {
+	if q.ring != nil {
+		return q.ringJoin(ctx, timeout)
+	}
 	q.mu.Lock()
 	if q.dead != nil {
 		q.mu.Unlock()
@@ -91,6 +98,9 @@ func (q *Queue) Join(ctx context.Context, timeout time.Duration) (bool, error) {
 func (q *Queue) Unfinished() int64 {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if q.ring != nil {
+		return q.ringUnfinished()
+	}
 	return q.unfinished
 }
 
@@ -321,11 +331,21 @@ func (q *Queue) Describe() (string, int) {
 	if q.maxsize > 0 {
 		max = fmt.Sprintf("max %d", q.maxsize)
 	}
-	st := fmt.Sprintf("%d items, %d bytes, %s", q.items.Len(), q.bytes, max)
+	st := fmt.Sprintf("%d items, %d bytes, %s", q.items.Len(), q.bytes, max) + q.describeTasks(q.unfinished)
+	return st, q.getters.len() + q.putters.len()
+}
+
+// describeTasks is a JoinableQueue's part of the status line ("" for a
+// Queue); called under q.mu.
+func (q *Queue) describeTasks(unfinished int64) string {
+	if !q.joinable {
+		return ""
+	}
+	st := fmt.Sprintf(", %d unfinished", unfinished)
 	if q.abandoned > 0 {
 		st += fmt.Sprintf(", %d marked done when their consumer's session ended", q.abandoned)
 	}
-	return st, q.getters.len() + q.putters.len()
+	return st
 }
 
 func (q *Queue) fail(err error) {

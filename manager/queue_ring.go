@@ -24,11 +24,18 @@ import (
 //   - ext: items too large for the ring, which it names by an external
 //     record at their place in the ring.
 //
-// While front or over holds anything the ring's daemon flag sends every
-// client op to the daemon, which serves front, ring and over in order and
-// moves over's items into the ring as room appears.
+// While front holds anything the ring's daemon flag (RingFlagDaemon) sends
+// every client op to the daemon, which serves front, ring and over in order.
+// While only over holds items the over flag (RingFlagOver) sends clients'
+// puts to the daemon (they queue behind over's items) but leaves their gets
+// on the ring while it holds records. The daemon moves over's items into
+// the ring as room appears: at every op it serves, and, while over holds
+// anything, from the ring's watcher goroutine, which sleeps on the ring's
+// seq and refills the ring once a consumer has drained half of it (so that
+// a fast consumer rarely finds it empty and has to ask the daemon).
 type queueRing struct {
 	name    string
+	q       *Queue
 	r       *statemem.Ring
 	gone    func(uint32) bool // whether a slot's session ended (latch take-over)
 	front   [][]byte
@@ -42,6 +49,7 @@ type queueRing struct {
 	wch     chan struct{} // closed at the next change the watcher sees
 	wn      int           // daemon waiters
 	running bool
+	refill  bool // over holds items: the watcher refills the ring (written under q.mu and wmu)
 }
 
 // DefaultQueueRingBytes is the data capacity of each Queue's ring unless
@@ -83,13 +91,10 @@ func (f *fastPath) trimQueues() {
 	}
 }
 
-// bindQueue gives a new Queue (not a JoinableQueue, whose task counts stay
-// with the daemon) a ring. A failure is not an error: the queue keeps its
-// items in the daemon.
+// bindQueue gives a new Queue or JoinableQueue a ring (a JoinableQueue's
+// task counts are in it too: queue_owed.go). A failure is not an error: the
+// queue keeps its items in the daemon.
 func (f *fastPath) bindQueue(q *Queue, perObject int64) {
-	if q.joinable {
-		return
-	}
 	// A ring holds at most --max-object-bytes (rounded down to a power of
 	// two): what clients put into it is not charged one by one, and what
 	// the daemon adds is charged with the ring's bytes counted (ringCharge).
@@ -118,7 +123,7 @@ func (f *fastPath) bindQueue(q *Queue, perObject int64) {
 	if err != nil {
 		return
 	}
-	qr := &queueRing{name: q.name, r: r, ext: make(map[uint64][]byte), wch: make(chan struct{}),
+	qr := &queueRing{name: q.name, q: q, r: r, ext: make(map[uint64][]byte), wch: make(chan struct{}),
 		gone: func(s uint32) bool { return f.slotGone(Slot(s)) }}
 	q.mu.Lock()
 	q.ring = qr
@@ -156,8 +161,9 @@ func (q *Queue) Ring() *statemem.Ring {
 // QueueWaiting is a fast-path client's thread asleep on a Queue's ring.
 type QueueWaiting struct {
 	Session uint64
+	Kind    string // wire kind: "queue" or "joinable_queue"
 	Name    string
-	Op      string    // "get" or "put" ("" unknown)
+	Op      string    // "get", "put" or "join" ("" unknown)
 	Since   time.Time // zero: unknown
 	Count   int       // threads of that session waiting so
 }
@@ -185,8 +191,12 @@ func (m *Manager) QueueWaiting() []QueueWaiting {
 			if s == nil {
 				continue
 			}
-			op := map[uint32]string{statemem.RingWaitGet: "get", statemem.RingWaitPut: "put"}[w.Op]
-			out = append(out, QueueWaiting{Session: s.ID, Name: qr.name, Op: op, Since: w.Since, Count: w.Count})
+			op := map[uint32]string{statemem.RingWaitGet: "get", statemem.RingWaitPut: "put", statemem.RingWaitJoin: "join"}[w.Op]
+			kind := "queue"
+			if qr.q.joinable {
+				kind = "joinable_queue"
+			}
+			out = append(out, QueueWaiting{Session: s.ID, Kind: kind, Name: qr.name, Op: op, Since: w.Since, Count: w.Count})
 		}
 	}
 	return out
@@ -204,6 +214,9 @@ func (f *fastPath) releaseQueueSlots(slot Slot) {
 	f.mu.Unlock()
 	for _, qr := range rings {
 		qr.r.ReleaseLatch(uint32(slot))
+		if qr.q.joinable && slot < statemem.RingSlots {
+			qr.q.ringReleaseOwed(uint32(slot), nil)
+		}
 	}
 }
 
@@ -212,7 +225,7 @@ func (f *fastPath) releaseQueueSlots(slot Slot) {
 func (q *Queue) corrupt(err error) error {
 	e := fmt.Errorf("queue %q: %w; the queue is unusable", q.name, err)
 	q.dead = e
-	q.ring.r.SetFlags(statemem.RingFlagDaemon)
+	q.setFlags() // the daemon flag; no more refills
 	return e
 }
 
@@ -238,19 +251,28 @@ func (q *Queue) ringCharge(n int64) error {
 	return nil
 }
 
-// ringTryPut stores item if there is room; called under q.mu.
+// ringTryPut stores item if there is room; called under q.mu. Items that
+// find over non-empty go after it (the daemon first moves what fits of over
+// into the ring), so the FIFO is one.
 func (q *Queue) ringTryPut(item []byte) (ok bool, err error) {
 	qr := q.ring
 	if !qr.r.Lock(qr.gone) {
 		return false, ErrDeleted
 	}
-	defer func() { qr.r.Unlock(ok) }()
+	moved := false
+	defer func() { qr.r.Unlock(ok || moved) }()
 	n, err := q.ringCount()
 	if err != nil {
 		return false, q.corrupt(err)
 	}
 	if q.maxsize > 0 && n >= q.maxsize {
 		return false, nil
+	}
+	if q.joinable && qr.r.Unfinished() >= statemem.RingMaxUnfinished {
+		return false, nil // the unfinished count is at its bound: wait as on a full queue
+	}
+	if len(qr.over) > 0 {
+		moved = q.settle()
 	}
 	if len(qr.over) == 0 && uint64(len(item)) <= qr.r.Inline() {
 		ok, err := qr.r.Fits(uint64(len(item)))
@@ -266,7 +288,10 @@ func (q *Queue) ringTryPut(item []byte) (ok bool, err error) {
 	if err := q.ringCharge(ItemCost(item)); err != nil {
 		return false, err
 	}
-	if len(qr.over) == 0 {
+	if len(qr.over) == 0 && uint64(len(item)) > qr.r.Inline() {
+		// Only an item too large for the ring is named by an external
+		// record: one that merely finds no room waits in over (an external
+		// record would send a client's get to the daemon).
 		if ok, _ := qr.r.Fits(8); ok {
 			qr.extNext++
 			var id [8]byte
@@ -278,8 +303,10 @@ func (q *Queue) ringTryPut(item []byte) (ok bool, err error) {
 		}
 	}
 	qr.over = append(qr.over, item)
-	qr.r.SetFlags(statemem.RingFlagDaemon)
-	q.accepted()
+	if q.joinable {
+		qr.r.AddDone(-1) // a put the ring's count does not see yet
+	}
+	q.setFlags()
 	return true, nil
 }
 
@@ -333,9 +360,10 @@ func (q *Queue) fromRecord(kind uint32, p []byte) []byte {
 	return item
 }
 
-// settle moves over's items into the ring while they fit and clears the
-// daemon flag when the daemon holds nothing outside it (latch held).
-func (q *Queue) settle() {
+// settle moves over's items into the ring, in order, while they fit (and
+// front is empty), and sets the flags for what the daemon still holds. It
+// reports whether it moved any (latch held, under q.mu).
+func (q *Queue) settle() (moved bool) {
 	qr := q.ring
 	for len(qr.front) == 0 && len(qr.over) > 0 {
 		item := qr.over[0]
@@ -355,13 +383,41 @@ func (q *Queue) settle() {
 			qr.ext[qr.extNext] = item
 			qr.r.Put(statemem.RecExternal, id[:])
 		}
+		if q.joinable {
+			qr.r.AddDone(1) // the ring's put count sees it now
+		}
+		qr.over[0] = nil
 		qr.over = qr.over[1:]
+		moved = true
 	}
-	if len(qr.front) == 0 && len(qr.over) == 0 {
-		qr.r.SetFlags(0)
-	} else {
-		qr.r.SetFlags(statemem.RingFlagDaemon)
+	if len(qr.over) == 0 {
+		qr.over = nil // let go of the backing array
 	}
+	q.setFlags()
+	return moved
+}
+
+// setFlags writes the ring's flags for what the daemon holds outside it,
+// and starts the watcher's refills while over holds anything (latch held,
+// under q.mu).
+func (q *Queue) setFlags() {
+	qr := q.ring
+	var f uint64
+	if len(qr.front) > 0 || q.dead != nil {
+		f |= statemem.RingFlagDaemon
+	}
+	if len(qr.over) > 0 {
+		f |= statemem.RingFlagOver
+	}
+	qr.r.SetFlags(f)
+	refill := len(qr.over) > 0 && q.dead == nil
+	qr.wmu.Lock()
+	qr.refill = refill
+	if refill && !qr.running {
+		qr.running = true
+		go qr.watch(qr.r.Seq())
+	}
+	qr.wmu.Unlock()
 }
 
 // ringUnget puts an item back at the front (the undo of a get); a removed
@@ -375,7 +431,35 @@ func (q *Queue) ringUnget(item []byte) {
 	qr.front = append([][]byte{item}, qr.front...)
 	q.held += ItemCost(item)
 	q.lim.force(ItemCost(item))
-	qr.r.SetFlags(statemem.RingFlagDaemon)
+	q.setFlags()
+}
+
+// refillFromOver is the watcher's refill: when over holds items and a
+// consumer has drained at least half of the ring, move what fits. Lock
+// order: q.mu, then the latch (as every op). It reports whether over
+// still holds items.
+func (qr *queueRing) refillFromOver() bool {
+	if _, used := qr.r.Peek(); used > qr.r.Capacity()/2 {
+		return true // not yet: refill in batches, not one record per get
+	}
+	q := qr.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.dead != nil || q.ring != qr || len(qr.over) == 0 {
+		qr.wmu.Lock()
+		qr.refill = false
+		qr.wmu.Unlock()
+		return false
+	}
+	if !qr.r.Lock(qr.gone) {
+		qr.wmu.Lock()
+		qr.refill = false
+		qr.wmu.Unlock()
+		return false
+	}
+	moved := q.settle() // clears refill when over is empty (a scribbled ring takes nothing: Fits fails)
+	qr.r.Unlock(moved)
+	return len(qr.over) > 0
 }
 
 // ringPut is put for a Queue with a ring: it retries whenever the ring
@@ -522,8 +606,10 @@ func (qr *queueRing) kick() {
 	qr.wmu.Unlock()
 }
 
-// watch sleeps on the ring's seq while the daemon has waiters and wakes
-// them at every change (and every 20 ms, a bound on anything missed).
+// watch sleeps on the ring's seq while the daemon has waiters or over holds
+// items; it wakes the waiters at every change (and every 20 ms, a bound on
+// anything missed) and refills the ring from over (refillFromOver). It
+// takes no lock while it sleeps, and q.mu (then the latch) only to refill.
 func (qr *queueRing) watch(last uint32) {
 	for {
 		cur := qr.r.Seq()
@@ -535,7 +621,13 @@ func (qr *queueRing) watch(last uint32) {
 		qr.wmu.Lock()
 		close(qr.wch)
 		qr.wch = make(chan struct{})
-		if qr.wn == 0 {
+		refill := qr.refill
+		qr.wmu.Unlock()
+		if refill {
+			qr.refillFromOver()
+		}
+		qr.wmu.Lock()
+		if qr.wn == 0 && !qr.refill {
 			qr.running = false
 			qr.wmu.Unlock()
 			return
@@ -586,5 +678,6 @@ func (q *Queue) ringDescribe() (string, int) {
 	q.ring.wmu.Lock()
 	dw := q.ring.wn
 	q.ring.wmu.Unlock()
-	return fmt.Sprintf("%d items, %d bytes, %s, shared ring", items, bytes, max), dw + q.ring.r.Waiting()
+	return fmt.Sprintf("%d items, %d bytes, %s, shared ring", items, bytes, max) + q.describeTasks(int64(q.ring.r.UnfinishedNow())),
+		dw + q.ring.r.Waiting()
 }

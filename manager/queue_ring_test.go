@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/syncmgr/syncmgr/statemem"
 )
@@ -64,7 +65,7 @@ func TestQueueRingOverflowKeepsOrder(t *testing.T) {
 		}
 		want = append(want, it)
 	}
-	if q.Ring().Flags()&statemem.RingFlagDaemon == 0 {
+	if q.Ring().Flags() != statemem.RingFlagOver {
 		t.Fatal("puts past the ring's room did not set the daemon flag")
 	}
 	if err := q.Unget([]byte("front")); err != nil {
@@ -203,4 +204,89 @@ func ringMaps(t *testing.T) int {
 		t.Fatal(err)
 	}
 	return strings.Count(string(b), "syncmgr-queue")
+}
+
+// ringClientGet takes the head record as a same-host client does, from the
+// shared ring alone (the daemon not asked); ok is false when the ring is
+// empty.
+func ringClientGet(t *testing.T, r *statemem.Ring) ([]byte, bool) {
+	t.Helper()
+	if !r.Lock(func(uint32) bool { return false }) {
+		t.Fatal("ring closed")
+	}
+	kind, p, ok, err := r.Get()
+	r.Unlock(ok)
+	if err != nil || ok && kind != statemem.RecItem {
+		t.Fatalf("client get: kind %d %d bytes, %v", kind, len(p), err)
+	}
+	return p, ok
+}
+
+// While only over holds items the ring's flags are RingFlagOver (clients'
+// gets stay on the ring), and a consumer that drains the ring by itself
+// finds it refilled by the daemon's watcher, in order, until over is empty;
+// then the flags are clear and the watcher ends. An undone get sets
+// RingFlagDaemon on top.
+func TestQueueRingOverRefilledWhileClientsDrain(t *testing.T) {
+	m, _ := fastManager(t)
+	q := ringQueue(t, m, "refill", 0)
+	ctx := testCtx(t)
+	const n = 1200 // ~1.2 MB: four rings' worth of 1 KiB records
+	for i := 0; i < n; i++ {
+		if err := q.Put(ctx, append(item(i), bytes.Repeat([]byte("."), 1000)...), false, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := q.Ring()
+	if f := r.Flags(); f != statemem.RingFlagOver {
+		t.Fatalf("flags %#x after puts past the ring's room, want OVER only", f)
+	}
+	var got [][]byte
+	deadline := time.Now().Add(30 * time.Second)
+	for len(got) < n {
+		p, ok := ringClientGet(t, r)
+		if ok {
+			got = append(got, p)
+			continue
+		}
+		if f := r.Flags(); f == 0 {
+			t.Fatalf("ring empty and flags clear after %d of %d items", len(got), n)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the ring was not refilled from over (%d of %d items got)", len(got), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for i, p := range got {
+		if !bytes.HasPrefix(p, append(item(i), "."...)) {
+			t.Fatalf("item %d out of order: %.12q", i, p)
+		}
+	}
+	if f := r.Flags(); f != 0 {
+		t.Fatalf("flags %#x once over is empty", f)
+	}
+	if !waitFor(func() bool { q.ring.wmu.Lock(); defer q.ring.wmu.Unlock(); return !q.ring.running }) {
+		t.Fatal("the watcher goroutine did not end once over was empty")
+	}
+	if err := q.Unget([]byte("front")); err != nil {
+		t.Fatal(err)
+	}
+	if f := r.Flags(); f != statemem.RingFlagDaemon {
+		t.Fatalf("flags %#x after an undone get, want DAEMON", f)
+	}
+	if it, err := q.Get(ctx, false, 0); err != nil || string(it) != "front" || r.Flags() != 0 {
+		t.Fatalf("get after the undo: %q %v, flags %#x", it, err, r.Flags())
+	}
+	if m.UsedBytes() != 0 {
+		t.Fatalf("%d bytes still counted", m.UsedBytes())
+	}
+}
+
+func waitFor(cond func() bool) bool {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if cond() {
+			return true
+		}
+	}
+	return cond()
 }

@@ -214,13 +214,22 @@ func testQueue(t *testing.T, m *Manager, ring bool) {
 	})
 }
 
+// The JoinableQueue semantics, with the task counts in the daemon and in a
+// ring.
 func TestJoinableQueue(t *testing.T) {
-	m := newManager(t, DefaultConfig())
+	t.Run("daemon", func(t *testing.T) { testJoinableQueue(t, newManager(t, DefaultConfig()), false) })
+	t.Run("ring", func(t *testing.T) { m, _ := fastManager(t); testJoinableQueue(t, m, true) })
+}
+
+func testJoinableQueue(t *testing.T, m *Manager, ring bool) {
 	s := newSession(t, m)
 	ctx := testCtx(t)
 	q := create[*Queue](t, m, s, KindJoinableQueue, "jq", Params{})
 	if q.Kind() != KindJoinableQueue {
 		t.Fatal(q.Kind())
+	}
+	if (q.Ring() != nil) != ring {
+		t.Fatalf("ring %v, want %v", q.Ring() != nil, ring)
 	}
 	if err := q.TaskDone(); !isErr(err, ErrValue) {
 		t.Fatalf("task_done on an empty queue: %v", err)

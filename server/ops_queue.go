@@ -27,7 +27,7 @@ func queueOps(t *opTable) {
 	t.objectOp(f, jq, wire.OpTaskDone, withObj(func(c *conn, q *manager.Queue, a wire.Args) (any, error) { return nil, q.TaskDoneBy(c.sess) }), nil)
 	t.objectOp(f, jq, wire.OpUnfinished, withObj(func(c *conn, q *manager.Queue, a wire.Args) (any, error) { return q.Unfinished(), nil }), nil)
 	t.objectOp(f, jq, wire.OpJoin, nil, opJoin)
-	t.objectOp(f, []string{wire.KindQueue}, wire.OpQueueAttach, nil, opQueueAttach)
+	t.objectOp(f, queueKinds, wire.OpQueueAttach, nil, opQueueAttach)
 }
 
 func opPut(c *conn, id uint64, a wire.Args) (any, manager.Grant, error) {

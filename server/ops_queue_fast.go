@@ -28,6 +28,17 @@ func opQueueAttach(c *conn, id uint64, a wire.Args) (any, manager.Grant, error) 
 	if r == nil {
 		return nil, manager.Grant{}, wire.Errorf(wire.CodeUnknownOp, "queue %q is not on the fast path", q.Name())
 	}
+	// A JoinableQueue's ring only for a client that keeps its task counts
+	// (the debts and journal of docs/protocol.md): one that did not would
+	// get items nobody owes, and a join would wait for ever on a dead
+	// consumer's.
+	tasks, err := a.Bool("tasks", false)
+	if err != nil {
+		return nil, manager.Grant{}, err
+	}
+	if q.Kind() == manager.KindJoinableQueue && !tasks {
+		return nil, manager.Grant{}, wire.Errorf(wire.CodeUnknownOp, "joinable queue %q: this client does not keep its task counts on the fast path", q.Name())
+	}
 	slot := c.sess.Slot()
 	if slot == 0 || slot >= statemem.RingSlots {
 		return nil, manager.Grant{}, wire.Errorf(wire.CodeUnknownOp, "the queue fast path is not available to this session")
@@ -37,7 +48,8 @@ func opQueueAttach(c *conn, id uint64, a wire.Args) (any, manager.Grant, error) 
 		return nil, manager.Grant{}, wire.Errorf(wire.CodeUnknownOp, "the queue fast path is only for Unix-socket clients")
 	}
 	frame, err := wire.EncodeReply(id, nil, map[string]any{"size": r.Size(), "slot": int64(slot),
-		"capacity": int64(r.Capacity()), "inline": int64(r.Inline()), "maxsize": int64(r.Maxsize())})
+		"capacity": int64(r.Capacity()), "inline": int64(r.Inline()), "maxsize": int64(r.Maxsize()),
+		"joinable": q.Kind() == manager.KindJoinableQueue})
 	if err != nil {
 		return nil, manager.Grant{}, err
 	}
@@ -70,7 +82,7 @@ func (s *Server) queueWaiting(now time.Time, out []Waiting) []Waiting {
 			d = now.Sub(w.Since).Seconds()
 		}
 		for i := 0; i < w.Count; i++ {
-			out = append(out, Waiting{Session: w.Session, Kind: wire.KindQueue, Name: w.Name, Op: w.Op, For: d})
+			out = append(out, Waiting{Session: w.Session, Kind: w.Kind, Name: w.Name, Op: w.Op, For: d})
 		}
 	}
 	return out

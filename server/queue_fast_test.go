@@ -16,8 +16,9 @@ import (
 
 // queue_attach passes a Queue's ring to a Unix-socket client with
 // SCM_RIGHTS: an anonymous file sealed against resizing, of the announced
-// size, whose records are the items socket clients put. A JoinableQueue,
-// a TCP client and an unknown queue are refused.
+// size, whose records are the items socket clients put. A kind that does
+// not match the queue, a JoinableQueue for a client that does not keep its
+// task counts ("tasks"), a TCP client and an unknown queue are refused.
 func TestQueueAttachPassesASealedRing(t *testing.T) {
 	seg, err := statemem.Create(64)
 	if err != nil {
@@ -93,7 +94,8 @@ func TestQueueAttachPassesASealedRing(t *testing.T) {
 	// Refusals.
 	c.send(4, wire.OpCreate, map[string]any{"kind": "joinable_queue", "name": "jq"})
 	c.recv()
-	for i, args := range []map[string]any{{"kind": "joinable_queue", "name": "jq"}, {"kind": "queue", "name": "nope"}} {
+	for i, args := range []map[string]any{{"kind": "queue", "name": "jq"}, {"kind": "queue", "name": "nope"},
+		{"kind": "joinable_queue", "name": "jq"}} { // (a client that does not say it keeps the task counts)
 		c.send(uint64(10+i), wire.OpQueueAttach, args)
 		if rep := c.recv(); rep.Err == nil {
 			t.Fatalf("attach %v accepted", args)

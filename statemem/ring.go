@@ -25,15 +25,27 @@ import (
 //	16   u64  capacity: bytes of the data area (a power of two)
 //	24   u64  maxsize: items the ring holds at most (0: no limit)
 //	32   u64  inline max: the largest item a client writes into the ring
+//	40   u64  journal proof: the head word (get) or done word (task_done)
+//	          that the in-flight op's commit stores (JoinableQueue only)
+//	48   u64  journal op: kind (bits 56-63: RingJournalGet, RingJournalDone)
+//	          | owed-table index (bits 32-55) | that entry's value once the
+//	          op is done (bits 0-31); 0: no journal
+//	56   u64  journal holder: the session slot that wrote the journal
 //	64   u64  latch: the session slot of the one op in flight (0: none)
-//	72   u64  flags: RingFlagDaemon
+//	72   u64  flags: RingFlagDaemon | RingFlagOver
 //	80   u64  tail word: position (bits 0-39) | puts (bits 40-63)
 //	88   u64  head word: position (bits 0-39) | gets (bits 40-63)
 //	96   u64  seq: bumped by every change; the futex word (low 32 bits)
 //	104  u32  waiters: processes asleep (or about to sleep) on seq
+//	112  u64  done (JoinableQueue): tasks marked done, less the items the
+//	          daemon holds outside the ring's put count (over); unfinished
+//	          = (puts - done) mod 2^24
 //	128  per session slot, 16 bytes: u32 its threads waiting now, u32 what
-//	     for (RingWaitGet, RingWaitPut), u64 CLOCK_MONOTONIC ns at which the
-//	     first of them began (written when the count leaves 0)
+//	     for (RingWaitGet, RingWaitPut, RingWaitJoin), u64 CLOCK_MONOTONIC ns
+//	     at which the first of them began (written when the count leaves 0)
+//	128+16*RingSlots  owed table (JoinableQueue): per session slot, u32 the
+//	     items it got and has not marked done; entry 0 counts those of
+//	     sessions without a slot in the table (the daemon knows which)
 //	RingHeader..  data area
 //
 // Positions count bytes for ever (mod 2^40); a record starts at position
@@ -57,13 +69,18 @@ import (
 // the record is complete, a get stores the head word after it has copied
 // the record. An op killed before its store did nothing; after it, it is
 // done. Either way the ring is consistent, so the daemon repairs a dead
-// session's latch by letting go of it (ReleaseLatch).
+// session's latch by letting go of it (ReleaseLatch). On a JoinableQueue's
+// ring a get (which raises its slot's owed entry) and a task_done (which
+// stores done, then lowers an owed entry) change a second word after their
+// commit; they write a journal first, and the daemon, taking over the
+// latch of a dead holder, finishes the second store if the commit
+// happened (repair).
 //
 // The daemon trusts nothing it reads here: it keeps the capacity and limits
 // on its side and checks every position and length before it uses it.
 const (
 	RingMagic   uint64 = 0x5152474d434e5953 // "SYNCMGRQ" read as a little-endian u64
-	RingVersion uint32 = 1
+	RingVersion uint32 = 2
 	// RingHot is the hot window: see the placement rule above.
 	RingHot = 256 << 10
 	// RingMaxCapacity bounds a ring's data area.
@@ -72,7 +89,7 @@ const (
 	// RingSlots is the number of session slots the waiter table covers:
 	// sessions with a larger slot id use the queue through the daemon.
 	RingSlots  = 1024
-	RingHeader = 128 + 16*RingSlots
+	RingHeader = ringOffOwed + 4*RingSlots
 
 	// RingOffLatch and RingOffTail are exported for tests (TestSetWord).
 	RingOffLatch = 64
@@ -81,6 +98,11 @@ const (
 	ringOffCap     = 16
 	ringOffMaxsize = 24
 	ringOffInline  = 32
+	ringOffJProof  = 40
+	ringOffJOp     = 48
+	ringOffJHolder = 56
+	ringOffDone    = 112
+	ringOffOwed    = ringOffSlots + 16*RingSlots
 	ringOffLatch   = RingOffLatch
 	ringOffFlags   = 72
 	ringOffTail    = RingOffTail
@@ -92,11 +114,29 @@ const (
 	// What a slot's sleepers wait for.
 	RingWaitGet uint32 = 1
 	RingWaitPut uint32 = 2
+	// RingWaitJoin: a JoinableQueue join.
+	RingWaitJoin uint32 = 3
 
-	// RingFlagDaemon: the daemon holds items of this queue outside the ring
-	// (an undone get's item at the front, or puts that found no room at the
-	// back); clients send every op to the daemon while it is set.
+	// Journal kinds (bits 56-63 of the journal op word).
+	RingJournalGet  uint64 = 1
+	RingJournalDone uint64 = 2
+
+	// RingMaxUnfinished bounds a JoinableQueue's unfinished tasks (the
+	// count is kept mod 2^24): a put past it waits as on a full queue.
+	RingMaxUnfinished uint64 = ringCountMax - 1
+
+	// RingFlagDaemon: the daemon holds items of this queue before the ring
+	// (an undone get's item), or the ring is retired or broken; clients
+	// send every op to the daemon while it is set.
 	RingFlagDaemon uint64 = 1
+	// RingFlagOver: the daemon holds the newest items of this queue, after
+	// everything in the ring (puts that found no room). Clients send their
+	// puts to the daemon (they queue behind those items), but get from the
+	// ring while it holds records; a get that finds the ring empty goes to
+	// the daemon. qsize, empty and full go to the daemon while any flag is
+	// set. A client that knows no finer rule treats any nonzero flags word
+	// as RingFlagDaemon.
+	RingFlagOver uint64 = 2
 
 	// Record kinds.
 	RecItem     uint32 = 1 // payload: the item's bytes
@@ -305,6 +345,10 @@ func (r *Ring) Lock(gone func(slot uint32) bool) bool {
 		x := atomic.LoadUint64(w)
 		if x == 0 {
 			if atomic.CompareAndSwapUint64(w, 0, uint64(LatchDaemon)) {
+				// A journal under a free latch was left by an op whose
+				// latch was taken over (its session ended while its
+				// process lived on): it committed nothing.
+				atomic.StoreUint64(r.word(ringOffJOp), 0)
 				return true
 			}
 			continue
@@ -315,6 +359,7 @@ func (r *Ring) Lock(gone func(slot uint32) bool) bool {
 		}
 		if time.Since(start) > time.Millisecond && x != uint64(LatchDaemon) && (x > uint64(MaxSlot) || gone(uint32(x))) {
 			if atomic.CompareAndSwapUint64(w, x, uint64(LatchDaemon)) {
+				r.repair(x)
 				return true
 			}
 		}
@@ -343,7 +388,11 @@ func (r *Ring) ReleaseLatch(slot uint32) bool {
 		return false
 	}
 	defer r.exit()
-	held := atomic.CompareAndSwapUint64(r.word(ringOffLatch), uint64(slot), 0)
+	held := atomic.CompareAndSwapUint64(r.word(ringOffLatch), uint64(slot), uint64(LatchDaemon))
+	if held {
+		r.repair(uint64(slot))
+		atomic.StoreUint64(r.word(ringOffLatch), 0)
+	}
 	if slot < RingSlots {
 		mine := atomic.SwapUint32(r.slotWaiters(slot), 0)
 		wp := (*uint32)(unsafe.Pointer(&r.mem[ringOffWaiters]))
@@ -408,6 +457,18 @@ func (r *Ring) TestSetWord(off int, x uint64) {
 	}
 	defer r.exit()
 	atomic.StoreUint64(r.word(off), x)
+}
+
+// TestWord loads the u64 at byte offset off of the header: for tests.
+func (r *Ring) TestWord(off int) uint64 {
+	if off < 0 || off+8 > RingHeader || off%8 != 0 {
+		panic("statemem: bad header offset")
+	}
+	if !r.enter() {
+		return 0
+	}
+	defer r.exit()
+	return atomic.LoadUint64(r.word(off))
 }
 
 // Flags returns the flags word; SetFlags writes it (under the latch).
@@ -578,4 +639,66 @@ func (r *Ring) Allocated() int64 {
 		return 0
 	}
 	return st.Blocks * 512
+}
+
+// repair finishes or drops the journal of dead, whose latch the daemon just
+// took over: if dead's op committed (the proof word holds the value the
+// commit stores), the owed entry gets its value after the op; otherwise the
+// op did nothing. Called with the daemon's latch.
+func (r *Ring) repair(dead uint64) {
+	op := atomic.LoadUint64(r.word(ringOffJOp))
+	if op == 0 {
+		return
+	}
+	atomic.StoreUint64(r.word(ringOffJOp), 0)
+	if atomic.LoadUint64(r.word(ringOffJHolder)) != dead {
+		return // stale: not the dead holder's
+	}
+	kind, idx, after := op>>56, uint32(op>>32)&(1<<24-1), uint32(op)
+	proof := atomic.LoadUint64(r.word(ringOffJProof))
+	var at int
+	switch kind {
+	case RingJournalGet:
+		at = ringOffHead
+	case RingJournalDone:
+		at = ringOffDone
+	default:
+		return
+	}
+	if idx >= RingSlots || atomic.LoadUint64(r.word(at)) != proof {
+		return // not committed (or nonsense: the counts stay as they are)
+	}
+	atomic.StoreUint32(r.owedWord(idx), after)
+}
+
+func (r *Ring) owedWord(idx uint32) *uint32 {
+	return (*uint32)(unsafe.Pointer(&r.mem[ringOffOwed+4*int(idx)]))
+}
+
+// Unfinished returns a JoinableQueue ring's unfinished count: (puts -
+// done) mod 2^24 (under the latch; any time for status).
+func (r *Ring) Unfinished() uint64 {
+	_, puts := r.tail()
+	return (puts - atomic.LoadUint64(r.word(ringOffDone))) & ringCountMax
+}
+
+// AddDone adds d (mod 2^64) to the done word (under the latch): +1 marks a
+// task done, -1 counts a put the daemon keeps outside the ring, +1 again
+// when that item enters the ring.
+func (r *Ring) AddDone(d int64) {
+	atomic.StoreUint64(r.word(ringOffDone), atomic.LoadUint64(r.word(ringOffDone))+uint64(d))
+}
+
+// Owed returns owed-table entry idx (< RingSlots), SetOwed writes it (under
+// the latch).
+func (r *Ring) Owed(idx uint32) uint32       { return atomic.LoadUint32(r.owedWord(idx)) }
+func (r *Ring) SetOwed(idx uint32, v uint32) { atomic.StoreUint32(r.owedWord(idx), v) }
+
+// UnfinishedNow is Unfinished for status (any time; 0 once closed).
+func (r *Ring) UnfinishedNow() uint64 {
+	if !r.enter() {
+		return 0
+	}
+	defer r.exit()
+	return r.Unfinished()
 }

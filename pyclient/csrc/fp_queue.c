@@ -17,21 +17,28 @@
 #include <signal.h>
 
 #define RING_MAGIC 0x5152474d434e5953ULL /* "SYNCMGRQ" */
-#define RING_VERSION 1u
+#define RING_VERSION 2u
 #define RING_SLOTS 1024u
-#define RING_HEADER (128u + 16u * RING_SLOTS)
+#define R_OWED (128u + 16u * RING_SLOTS)
+#define RING_HEADER (R_OWED + 4u * RING_SLOTS)
 #define WAIT_GET 1u
 #define WAIT_PUT 2u
+#define WAIT_JOIN 3u
 #define R_CAP 16u
 #define R_INLINE 32u
+#define R_JPROOF 40u
+#define R_JOP 48u
+#define R_JHOLDER 56u
 #define R_LATCH 64u
 #define R_FLAGS 72u
 #define R_TAIL 80u
 #define R_HEAD 88u
 #define R_SEQ 96u
 #define R_WAITERS 104u
+#define R_DONE 112u
 #define R_SLOTS 128u
 #define FLAG_DAEMON 1ULL
+#define FLAG_OVER 2ULL
 #define REC_ITEM 1u
 #define REC_EXTERNAL 2u
 #define REC_PAD 3u
@@ -46,6 +53,11 @@
 #define BIG_COPY (256u << 10)
 /* Buffers put_parts takes at once. */
 #define MAX_PARTS 1024
+#define JOURNAL_GET 1ULL
+#define JOURNAL_DONE 2ULL
+/* A JoinableQueue's unfinished count is kept mod 2^24: a put past this
+ * waits as on a full queue. */
+#define MAX_UNFINISHED (COUNT_MASK - 1)
 /* A sleep is at most this long between looks at the detached flag. */
 #define SLEEP_SLICE 1.0
 
@@ -60,6 +72,7 @@ typedef struct {
     uint64_t inline_max;
     uint64_t maxsize; /* from queue_attach's reply: bounds our own puts */
     uint64_t slot;
+    int joinable; /* from queue_attach's reply: task counts in the ring */
     int detached;
 } Ring;
 
@@ -75,6 +88,38 @@ static int kill_step;
 #define W32(r, off) ((uint32_t *)((r)->base + (off)))
 
 static inline uint64_t pad8(uint64_t n) { return (n + 7) & ~7ULL; }
+
+/* A JoinableQueue's unfinished tasks given the tail word: puts less the
+ * done word, mod 2^24 (the daemon lowers done by one for each put it keeps
+ * outside the ring, so this counts those too). Under the latch. */
+static inline uint64_t unfinished(Ring *r, uint64_t tail) {
+    return ((tail >> POS_BITS) - LOAD(W64(r, R_DONE))) & COUNT_MASK;
+}
+
+/* The owed-table entry idx (< RING_SLOTS): items that slot got and has not
+ * marked done. */
+static inline uint32_t *owed(Ring *r, uint64_t idx) { return W32(r, R_OWED + 4 * idx); }
+
+/* Writes the journal of a JoinableQueue op about to commit: the commit
+ * stores proof (the head word for a get, the done word for task_done);
+ * once committed, owed entry idx is to become after. The daemon, taking
+ * over the latch of a holder that died, finishes that second store if the
+ * commit happened (statemem.Ring.repair). The op word goes last: it makes
+ * the journal valid. */
+static void journal(Ring *r, uint64_t kind, uint64_t proof, uint64_t idx, uint32_t after) {
+    STORE(W64(r, R_JPROOF), proof);
+    STORE(W64(r, R_JHOLDER), r->slot);
+    STORE(W64(r, R_JOP), kind << 56 | idx << 32 | after);
+}
+
+/* The second store of a get on a JoinableQueue ring (committed): the slot
+ * owes n more items; then the journal is done. */
+static void owe_got(Ring *r, uint64_t n) {
+    if (!r->joinable)
+        return;
+    STORE(owed(r, r->slot), LOAD(owed(r, r->slot)) + (uint32_t)n);
+    STORE(W64(r, R_JOP), 0);
+}
 
 /* Takes the latch. 0: taken; RES_DAEMON: the daemon is gone; -1: a signal
  * handler raised (Ctrl-C while another process holds the latch). A latch
@@ -139,6 +184,8 @@ static int ring_fits(Ring *r, uint64_t n) {
     if (ring_len(r, &items, &used) < 0)
         return -1;
     if (r->maxsize && items >= r->maxsize)
+        return 0;
+    if (r->joinable && unfinished(r, LOAD(W64(r, R_TAIL))) >= MAX_UNFINISHED)
         return 0;
     uint64_t idx = (LOAD(W64(r, R_TAIL)) & POS_MASK) & (r->cap - 1);
     uint64_t need = REC_HEADER + pad8(n);
@@ -322,19 +369,30 @@ static int wait_start(Wait *wt, double timeout) {
     return 0;
 }
 
-/* The common start of an op: latch taken, no daemon flag. */
-static int op_begin(Ring *r) {
+/* The common start of an op: latch taken, and no flag that sends the op to
+ * the daemon. A put goes to the daemon with any flag set (with OVER the
+ * daemon holds the newest items: a put must queue behind them); a get only
+ * with a flag other than OVER (the daemon holds items before the ring's),
+ * and with OVER it gets from the ring while the ring holds records (*over
+ * tells it to go to the daemon once the ring is empty). The flags change
+ * only under the latch, so they hold for the whole op. */
+static int op_begin_for(Ring *r, int get, int *over) {
     if (r->base == NULL || LOAD(&r->detached))
         return RES_DAEMON;
     int l = latch_take(r);
     if (l != 0)
         return l;
-    if (LOAD(W64(r, R_FLAGS)) & FLAG_DAEMON) {
+    uint64_t f = LOAD(W64(r, R_FLAGS));
+    if (f & ~(get ? FLAG_OVER : 0ULL)) {
         latch_free(r, 0);
         return RES_DAEMON;
     }
+    if (over != NULL)
+        *over = (f & FLAG_OVER) != 0;
     return 0;
 }
+
+static int op_begin(Ring *r) { return op_begin_for(r, 0, NULL); }
 
 /* The put loop for an encoded item of n bytes in pieces. */
 static int put_corev(Ring *r, const Part *parts, int nparts, uint64_t n, double timeout) {
@@ -711,7 +769,8 @@ static PyObject *ring_put_many(Ring *r, PyObject *const *args, Py_ssize_t nargs)
         uint64_t idx = tp & (r->cap - 1), need = REC_HEADER + pad8(len);
         if (idx + need > r->cap)
             need += r->cap - idx;
-        if ((r->maxsize && cnt >= r->maxsize) || used + need > r->cap)
+        if ((r->maxsize && cnt >= r->maxsize) || used + need > r->cap ||
+            (r->joinable && unfinished(r, t) >= MAX_UNFINISHED))
             break;
         t = ring_write2(r, t, a, nh, b, nb);
     }
@@ -733,7 +792,8 @@ static PyObject *ring_put_many(Ring *r, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *get_core(Ring *r, double timeout, int decode, int *res) {
     Wait wt = {.started = 0};
     for (;;) {
-        *res = op_begin(r);
+        int over = 0;
+        *res = op_begin_for(r, 1, &over);
         if (*res != 0)
             return NULL;
         STEP(11);
@@ -752,6 +812,8 @@ static PyObject *get_core(Ring *r, double timeout, int decode, int *res) {
                 return NULL;
             }
             STEP(12);
+            if (r->joinable)
+                journal(r, JOURNAL_GET, next, r->slot, LOAD(owed(r, r->slot)) + 1);
             if (!latch_ours(r)) { /* taken over: the item stays at the head */
                 Py_DECREF(out);
                 *res = RES_DAEMON;
@@ -759,9 +821,12 @@ static PyObject *get_core(Ring *r, double timeout, int decode, int *res) {
             }
             STORE(W64(r, R_HEAD), next);
             STEP(13);
+            owe_got(r, 1);
             latch_free(r, 1);
             return out;
         }
+        if (*res == RES_NONE && over)
+            *res = RES_DAEMON; /* the ring ran dry: the next items are the daemon's */
         if (*res != RES_NONE || timeout == 0) {
             latch_free(r, 0);
             return NULL;
@@ -824,7 +889,8 @@ static PyObject *ring_get_many(Ring *r, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     Wait wt = {.started = 0};
     for (;;) {
-        int res = op_begin(r);
+        int over = 0;
+        int res = op_begin_for(r, 1, &over);
         if (res != 0)
             return result(res);
         STEP(11);
@@ -854,16 +920,22 @@ static PyObject *ring_get_many(Ring *r, PyObject *const *args, Py_ssize_t nargs)
         }
         if (PyList_GET_SIZE(list) > 0) {
             STEP(12);
+            uint64_t k = (uint64_t)PyList_GET_SIZE(list);
+            if (r->joinable)
+                journal(r, JOURNAL_GET, head, r->slot, LOAD(owed(r, r->slot)) + (uint32_t)k);
             if (!latch_ours(r)) { /* taken over: the items stay */
                 Py_DECREF(list);
                 return result(RES_DAEMON);
             }
             STORE(W64(r, R_HEAD), head); /* one commit for the batch */
             STEP(13);
+            owe_got(r, k);
             latch_free(r, 1);
             return list;
         }
         Py_DECREF(list);
+        if (res == RES_NONE && over)
+            res = RES_DAEMON; /* none in the ring: the next items are the daemon's */
         if (res != RES_NONE || timeout == 0) {
             latch_free(r, 0);
             return result(res);
@@ -877,9 +949,85 @@ static PyObject *ring_get_many(Ring *r, PyObject *const *args, Py_ssize_t nargs)
     }
 }
 
-/* qsize() -> items in the ring, or -1 when the daemon holds items too */
+/* task_done() -> OK | BUSY (called more times than items were put: no
+ * effect) | DAEMON. Under the latch: the done word goes up by one (the
+ * commit), then one debt is paid: the caller's own entry if it owes
+ * anything, else the first entry that does (an item got by one process and
+ * finished by another). Steps: 31 latch taken, 32 journal written, 33
+ * committed. */
+static PyObject *ring_task_done(Ring *r, PyObject *Py_UNUSED(ignored)) {
+    if (!r->joinable)
+        return result(RES_DAEMON);
+    int res = op_begin_for(r, 1, NULL);
+    if (res != 0)
+        return result(res);
+    STEP(31);
+    if (unfinished(r, LOAD(W64(r, R_TAIL))) == 0) {
+        latch_free(r, 0);
+        return result(RES_BUSY);
+    }
+    uint64_t idx = r->slot;
+    if (LOAD(owed(r, idx)) == 0) {
+        idx = RING_SLOTS; /* none */
+        for (uint64_t i = 0; i < RING_SLOTS; i++)
+            if (LOAD(owed(r, i)) != 0) {
+                idx = i;
+                break;
+            }
+    }
+    uint64_t done = LOAD(W64(r, R_DONE)) + 1;
+    if (idx < RING_SLOTS)
+        journal(r, JOURNAL_DONE, done, idx, LOAD(owed(r, idx)) - 1);
+    STEP(32);
+    if (!latch_ours(r))
+        return result(RES_DAEMON); /* taken over: nothing committed */
+    STORE(W64(r, R_DONE), done);
+    STEP(33);
+    if (idx < RING_SLOTS) {
+        STORE(owed(r, idx), LOAD(owed(r, idx)) - 1);
+        STORE(W64(r, R_JOP), 0);
+    }
+    latch_free(r, 1);
+    return result(RES_OK);
+}
+
+/* join(timeout) -> OK (nothing unfinished) | BUSY (still some at the
+ * deadline) | DAEMON. Sleeps on seq, which every task_done bumps; a
+ * signal handler that raises ends the wait with its exception (nothing
+ * taken). */
+static PyObject *ring_join(Ring *r, PyObject *const *args, Py_ssize_t nargs) {
+    NARGS(1, "join");
+    double timeout;
+    if (get_timeout(args[0], &timeout) < 0)
+        return NULL;
+    if (!r->joinable)
+        return result(RES_DAEMON);
+    Wait wt = {.started = 0};
+    for (;;) {
+        int res = op_begin_for(r, 1, NULL);
+        if (res != 0)
+            return result(res);
+        if (unfinished(r, LOAD(W64(r, R_TAIL))) == 0) {
+            latch_free(r, 0);
+            return result(RES_OK);
+        }
+        if (timeout == 0) {
+            latch_free(r, 0);
+            return result(RES_BUSY);
+        }
+        if (!wt.started)
+            wait_start(&wt, timeout);
+        uint32_t seen = register_wait(r, WAIT_JOIN);
+        int sl = ring_sleep(r, seen, &wt);
+        if (sl != 1)
+            return result(sl < 0 ? -1 : sl == 0 ? RES_BUSY : RES_DAEMON);
+    }
+}
+
+/* qsize() -> items in the ring, or -1 when the daemon may hold items too
+ * (any flag set) */
 static PyObject *ring_qsize(Ring *r, PyObject *Py_UNUSED(ignored)) {
-    if (r->base == NULL || LOAD(&r->detached) || (LOAD(W64(r, R_FLAGS)) & FLAG_DAEMON))
+    if (r->base == NULL || LOAD(&r->detached) || LOAD(W64(r, R_FLAGS)) != 0)
         return PyLong_FromLong(-1);
     uint64_t t = LOAD(W64(r, R_TAIL)), h = LOAD(W64(r, R_HEAD));
     uint64_t items = ((t >> POS_BITS) - (h >> POS_BITS)) & COUNT_MASK;
@@ -913,12 +1061,15 @@ static PyObject *ring_word(Ring *r, PyObject *arg) {
         return NULL;
     }
     static const struct { const char *name; unsigned off; } words[] = {
-        {"latch", R_LATCH}, {"flags", R_FLAGS}, {"tail", R_TAIL}, {"head", R_HEAD}, {"seq", R_SEQ}};
+        {"latch", R_LATCH}, {"flags", R_FLAGS}, {"tail", R_TAIL}, {"head", R_HEAD}, {"seq", R_SEQ},
+    {"done", R_DONE}, {"journal", R_JOP}};
     for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
         if (strcmp(name, words[i].name) == 0)
             return PyLong_FromUnsignedLongLong(LOAD(W64(r, words[i].off)));
     if (strcmp(name, "waiters") == 0)
         return PyLong_FromUnsignedLong(LOAD(W32(r, R_WAITERS)));
+    if (strcmp(name, "owed") == 0)
+        return PyLong_FromUnsignedLong(LOAD(owed(r, r->slot)));
     PyErr_Format(PyExc_ValueError, "no ring word %s", name);
     return NULL;
 }
@@ -939,18 +1090,19 @@ static PyObject *ring_poke(Ring *r, PyObject *const *args, Py_ssize_t nargs) {
 }
 
 static int ring_init(Ring *r, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"fd", "size", "capacity", "inline", "slot", "maxsize", NULL};
-    int fd;
+    static char *kwlist[] = {"fd", "size", "capacity", "inline", "slot", "maxsize", "joinable", NULL};
+    int fd, joinable = 0;
     Py_ssize_t size;
     unsigned long long cap, inl, slot, maxsize;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "inKKKK", kwlist, &fd, &size, &cap, &inl, &slot, &maxsize))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "inKKKK|p", kwlist, &fd, &size, &cap, &inl, &slot, &maxsize,
+                                     &joinable))
         return -1;
     if (r->base != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "ring already mapped");
         return -1;
     }
     if (cap < 4096 || (cap & (cap - 1)) != 0 || cap > RING_MAX_CAP || (uint64_t)size != RING_HEADER + cap ||
-        inl > cap / 4 || slot == 0 || slot > MASK_LOW) {
+        inl > cap / 4 || slot == 0 || slot >= RING_SLOTS) {
         PyErr_SetString(PyExc_ValueError, "bad ring layout");
         return -1;
     }
@@ -969,6 +1121,7 @@ static int ring_init(Ring *r, PyObject *args, PyObject *kw) {
     r->inline_max = inl;
     r->maxsize = maxsize; /* from the daemon's reply: nothing read from the ring is trusted */
     r->slot = slot;
+    r->joinable = joinable;
     return 0;
 }
 
@@ -996,6 +1149,9 @@ static PyMethodDef ring_methods[] = {
     {"get_many", (PyCFunction)(void (*)(void))ring_get_many, METH_FASTCALL,
      "get_many(max_items, timeout) -> list (scalars decoded, bytearrays to decode) | BUSY | DAEMON"},
     {"qsize", (PyCFunction)ring_qsize, METH_NOARGS, "items in the ring, or -1 (ask the daemon)"},
+    {"task_done", (PyCFunction)ring_task_done, METH_NOARGS, "task_done() -> OK | BUSY (too many) | DAEMON"},
+    {"join", (PyCFunction)(void (*)(void))ring_join, METH_FASTCALL,
+     "join(timeout) -> OK | BUSY (unfinished at the deadline) | DAEMON"},
     {"detach", (PyCFunction)ring_detach, METH_NOARGS, "the daemon is gone"},
     {"invalidate", (PyCFunction)ring_invalidate, METH_NOARGS, "stop using the ring (forked child)"},
     {"word", (PyCFunction)ring_word, METH_O, "a header word (tests)"},
@@ -1007,7 +1163,12 @@ static PyObject *ring_get_maxsize(Ring *r, void *Py_UNUSED(c)) {
     return PyLong_FromUnsignedLongLong(r->maxsize);
 }
 
+static PyObject *ring_get_capacity(Ring *r, void *Py_UNUSED(c)) {
+    return PyLong_FromUnsignedLongLong(r->cap);
+}
+
 static PyGetSetDef ring_getset[] = {
+    {"capacity", (getter)ring_get_capacity, NULL, "bytes of the ring's data area", NULL},
     {"maxsize", (getter)ring_get_maxsize, NULL, "items the ring holds at most (0: no limit)", NULL},
     {"inline", (getter)ring_get_inline, NULL, "largest item written into the ring", NULL},
     {NULL, NULL, NULL, NULL, NULL},
@@ -1027,7 +1188,9 @@ static PyTypeObject RingType = {
 
 /* _set_queue_kill_step(n): tests only: SIGKILL this process at step n of
  * a queue op (put: 1 latch taken, 2 record written, 3 committed; get: 11
- * latch taken, 12 copied out, 13 committed; 21 leaving a sleep). */
+ * latch taken, 12 copied out, 13 committed (on a JoinableQueue: its debt
+ * not yet recorded); 21 leaving a sleep; task_done: 31 latch taken, 32
+ * journal written, 33 committed, its debt not yet paid). */
 static PyObject *set_kill_step(PyObject *Py_UNUSED(m), PyObject *arg) {
     long n = PyLong_AsLong(arg);
     if (n == -1 && PyErr_Occurred())

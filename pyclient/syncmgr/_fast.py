@@ -263,7 +263,7 @@ def attach(proxy: BaseProxy) -> None:
     if not enabled_by_env():
         return
     kind = proxy._kind
-    if kind == "queue":
+    if kind in ("queue", "joinable_queue"):
         _attach_queue(proxy)
         return
     if kind == "value":
@@ -609,7 +609,8 @@ def _open_ring(fp: FastPath, kind: str, name: str) -> Any:
             fp.ring_conn = conn
         fds: list[int] = []
         try:
-            conn.send_requests([encode_request(1, "queue_attach", {"kind": kind, "name": name})])
+            # tasks: this client keeps a JoinableQueue's task counts in its ring.
+            conn.send_requests([encode_request(1, "queue_attach", {"kind": kind, "name": name, "tasks": True})])
             data, fds, _, _ = socket.recv_fds(conn.sock, len(conn._rbuf), 1)
             if not data:
                 raise OSError("connection closed")
@@ -619,7 +620,7 @@ def _open_ring(fp: FastPath, kind: str, name: str) -> Any:
             if err is not None or len(fds) != 1 or int(info["slot"]) != fp.slot:
                 return None
             return _ext.Ring(fds[0], int(info["size"]), int(info["capacity"]),  # type: ignore[union-attr]
-                             int(info["inline"]), fp.slot, int(info["maxsize"]))
+                             int(info["inline"]), fp.slot, int(info["maxsize"]), bool(info.get("joinable")))
         except (exc.SyncMgrError, OSError, ValueError, KeyError, TypeError):
             conn.close()  # the stream cannot be trusted: a fresh one next time
             fp.ring_conn = None
@@ -650,11 +651,15 @@ class _QueueHandle(_Handle):
     outside the ring, the item is too large for it, the daemon is gone)
     sends the op over the socket."""
 
-    methods = ("put", "get", "put_nowait", "get_nowait", "qsize", "empty", "full", "put_many", "get_many")
+    methods: tuple[str, ...] = ("put", "get", "put_nowait", "get_nowait", "qsize", "empty", "full", "put_many",
+                                "get_many")
 
     def __init__(self, proxy: BaseProxy, fp: FastPath, ring: Any) -> None:
         self.ring = ring
         self.maxsize = int(ring.maxsize)
+        if proxy._kind == "joinable_queue":
+            # A JoinableQueue's task counts are in its ring too.
+            self.methods = (*type(self).methods, "task_done", "join")
         super().__init__(proxy, fp, 0, 0)
 
     def uninstall(self, proxy: BaseProxy) -> None:
@@ -771,6 +776,27 @@ class _QueueHandle(_Handle):
             if r == BUSY:
                 raise exc.Empty()
         return self.slow("get_many", max_items, block, timeout)  # type: ignore[no-any-return]
+
+    def task_done(self) -> None:
+        if self.fp.ok or self.usable():
+            r = self.ring.task_done()
+            if r == OK:
+                return
+            if r == BUSY:
+                raise ValueError("task_done() called too many times")
+        self.slow("task_done")
+
+    def join(self, timeout: Optional[float] = None) -> bool:
+        """Wait until every item put has been marked done (timeout: extension,
+        returns False on expiry)."""
+        t = _queue_timeout(True, timeout)
+        if self.fp.ok or self.usable():
+            r = self.ring.join(t)
+            if r == OK:
+                return True
+            if r == BUSY:
+                return False
+        return bool(self.slow("join", timeout))
 
     def qsize(self) -> int:
         if self.usable():

@@ -26,7 +26,7 @@ MAGIC = 0x5752474D434E5953
 SLOTS = 16
 SIZE = SLOTS * 64
 RING_MAGIC = 0x5152474D434E5953  # "SYNCMGRQ"
-RING_HEADER = 128 + 16 * 1024  # statemem.RingHeader
+RING_HEADER = 128 + 16 * 1024 + 4 * 1024  # statemem.RingHeader
 BIT_WAITERS = 1 << 29
 BIT_DAEMON = 1 << 30
 LOCK, RLOCK, EVENT, VALUE, SEM = 64, 128, 192, 256, 320  # object offsets used below
@@ -396,7 +396,7 @@ def test_ring_refuses_unsealed_or_open_files(seals: int, mode: int) -> None:
     fd = os.memfd_create("ring", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
         os.fchmod(fd, mode)
-        os.pwrite(fd, struct.pack("<QIIQ", RING_MAGIC, 1, RING_HEADER, cap).ljust(size, b"\0"), 0)
+        os.pwrite(fd, struct.pack("<QIIQ", RING_MAGIC, 2, RING_HEADER, cap).ljust(size, b"\0"), 0)
         fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
         with pytest.raises(PermissionError, match="ring"):
             fp.Ring(fd, size, cap, 1024, 1, 0)

@@ -1,10 +1,12 @@
-"""Queues on the same-host fast path against the real daemon: items in the
-daemon's shared ring, put and got without a round trip; stock queue.Queue
-semantics; fast and socket clients on one FIFO; processes SIGKILLed at each
-labelled step of put and get (the extension's test hook) never wedge the
-queue, never double an item and lose at most the one a killed consumer had
-got; Ctrl-C in a blocked get takes nothing; bad input stores nothing; a
-scribbled ring is an error, not a crash."""
+"""Queues and JoinableQueues on the same-host fast path against the real
+daemon: items (and task counts) in the daemon's shared ring, put, got,
+task_done and join without a round trip; stock queue.Queue semantics; fast
+and socket clients on one FIFO, also while the daemon holds the overflow of
+a full ring; processes SIGKILLed at each labelled step of put, get and
+task_done (the extension's test hook) never wedge the queue, never double
+an item, lose at most the one a killed consumer had got and leave the
+unfinished count right; Ctrl-C in a blocked get or join takes nothing; bad
+input stores nothing; a scribbled ring is an error, not a crash."""
 
 from __future__ import annotations
 
@@ -57,7 +59,9 @@ def test_queue_is_on_the_ring(m):
     assert _fast.active(q), _fast.reasons
     assert "_fast" in q.__dict__ and q.__dict__["_fast"].ring is not None
     jq = m.JoinableQueue()
-    assert not _fast.active(jq)  # task counts stay with the daemon (phase 1)
+    assert _fast.active(jq), _fast.reasons  # its task counts are in the ring too
+    assert "task_done" in jq.__dict__ and "join" in jq.__dict__
+    assert "task_done" not in q.__dict__
 
 
 def test_stock_queue_semantics(m):
@@ -185,6 +189,88 @@ def test_large_items_keep_their_place():
         assert [g[:6] for g in got] == [b"%06d" % i for i in range(n)]
     finally:
         d.close()
+
+
+def _flood(q, n, size, half):
+    for i in range(n):
+        q.put(b"%08d" % i + b"." * (size - 8))
+        if i == n // 2:
+            half.set()
+
+
+def test_overflow_keeps_gets_on_the_ring():
+    """A producer that outruns its consumer fills the ring; its later puts go
+    to the daemon (behind the items it holds), but the consumer's gets stay
+    on the ring: the daemon refills it from what it holds. Counted by the
+    daemon's own op counters, not timed."""
+    from test_metrics import _endpoint, _get, _value
+    d = start_daemon("--metrics", "127.0.0.1:0", "--log-format", "json", "--log-level", "info")
+    try:
+        m = syncmgr.connect(d.address, d.key)
+        q = m.Queue(name="fpq-flood")
+        assert _fast.active(q)
+        cap = q._fast.ring.capacity
+        size = max(64, cap // 512)
+        n = 4 * cap // size  # four rings' worth
+        half = CTX.Event()
+        p = CTX.Process(target=_flood, args=(q, n, size, half))
+        p.start()
+        assert half.wait(60)  # two rings' worth put: the ring overflowed
+        got = [q.get(timeout=30) for _ in range(n)]
+        p.join(60)
+        assert p.exitcode == 0
+        assert [g[:8] for g in got] == [b"%08d" % i for i in range(n)]  # in order, none lost or doubled
+        assert q.empty()
+        _, _, text = _get(_endpoint(d) + "/metrics")
+        socket_puts = _value(text, 'syncmgr_ops_total{kind="queue",op="put",result="ok"}')
+        socket_gets = _value(text, 'syncmgr_ops_total{kind="queue",op="get",result="ok"}')
+        print(f"{n} items, {socket_puts:.0f} puts and {socket_gets:.0f} gets through the daemon")
+        assert socket_puts > 0, "the ring never overflowed"
+        assert socket_gets <= n // 10, f"{socket_gets:.0f} of {n} gets went to the daemon"
+        assert q._fast.ring.word("flags") == 0
+    finally:
+        d.close()
+
+
+def test_overflow_keeps_one_fifo_for_fast_and_socket_clients(daemon, m):
+    """While the daemon holds the newest items (the ring is full), fast puts
+    queue behind them as socket puts do, and fast and socket gets take the
+    items in one order."""
+    q = m.Queue(name="fpq-over-mixed")
+    ring = q._fast.ring
+    size = max(64, ring.capacity // 512)
+    n = 3 * ring.capacity // size
+    item = lambda i: b"%08d" % i + b"." * (size - 8)  # noqa: E731
+    for i in range(n):  # past the ring's room
+        q.put(item(i))
+    assert ring.word("flags") == 2  # OVER: the daemon holds the newest items, gets stay on the ring
+    assert q.qsize() == n and not q.empty() and not q.full()
+    socket_put = run_py(daemon, """
+        import syncmgr, os
+        m = syncmgr.connect(os.environ["SYNCMGR_ADDRESS"], bytes.fromhex(os.environ["SYNCMGR_AUTHKEY"]))
+        q = m.Queue(name="fpq-over-mixed")
+        n, size = int(os.environ["N"]), int(os.environ["SIZE"])
+        for i in range(n, n + 100):
+            q.put(b"%08d" % i + b"." * (size - 8))
+    """, SYNCMGR_FASTPATH="0", N=str(n), SIZE=str(size))
+    assert socket_put.wait(60) == 0, socket_put.stderr.read()
+    for i in range(n + 100, n + 200):
+        q.put(item(i))  # fast client: behind the daemon's items
+    k = n // 2
+    socket_get = run_py(daemon, """
+        import syncmgr, os
+        m = syncmgr.connect(os.environ["SYNCMGR_ADDRESS"], bytes.fromhex(os.environ["SYNCMGR_AUTHKEY"]))
+        q = m.Queue(name="fpq-over-mixed")
+        print(" ".join(q.get(timeout=30)[:8].decode() for _ in range(int(os.environ["K"]))), flush=True)
+    """, SYNCMGR_FASTPATH="0", K=str(k))
+    out, err = socket_get.communicate(timeout=120)
+    assert socket_get.returncode == 0, err
+    first = [int(x) for x in out.split()]
+    rest = q.get_many(10 * n, timeout=10)
+    while len(first) + len(rest) < n + 200:
+        rest += q.get_many(10 * n, timeout=10)
+    assert first + [int(g[:8]) for g in rest] == list(range(n + 200))
+    assert q.empty() and ring.word("flags") == 0
 
 
 def test_fast_and_socket_clients_share_one_fifo(daemon, m):
@@ -386,6 +472,7 @@ def _consume_and_die(jq, ready):
 
 def test_joinable_queue_consumer_killed_with_unfinished_items_does_not_hang_join(m):
     jq = m.JoinableQueue(name="fpq-join-dead")
+    assert _fast.active(jq)  # on the ring: the consumer's gets and task_done are its own
     jq.put("a")
     jq.put("b")
     ready = CTX.Event()
@@ -404,6 +491,184 @@ def test_joinable_queue_consumer_killed_with_unfinished_items_does_not_hang_join
     with pytest.raises(ValueError):
         jq.task_done()
 
+
+def test_joinable_task_done_and_join_take_no_round_trip():
+    """A JoinableQueue's put, get, task_done and join stay on its ring
+    (counted by the daemon's op counters); task_done once too often raises
+    ValueError and changes nothing; status shows the unfinished count."""
+    from test_metrics import _endpoint, _get, _value
+    d = start_daemon("--metrics", "127.0.0.1:0", "--log-format", "json", "--log-level", "info")
+    try:
+        m = syncmgr.connect(d.address, d.key)
+        jq = m.JoinableQueue(name="fpq-jq-fast")
+        assert _fast.active(jq)
+        n = 200
+        for i in range(n):
+            jq.put(i)
+        assert jq.join(timeout=0) is False and jq.join(timeout=0.05) is False
+        assert "200 unfinished" in state(m, "fpq-jq-fast")["state"]
+        assert [jq.get() for _ in range(n)] == list(range(n))
+        for _ in range(n - 1):
+            jq.task_done()
+        assert jq.join(timeout=0.05) is False
+        jq.task_done()
+        assert jq.join() is True and jq.join(timeout=0) is True
+        with pytest.raises(ValueError, match="too many"):
+            jq.task_done()
+        assert jq._fast.ring.word("done") % (1 << 24) == n  # the refused call stored nothing
+        jq.put("x")
+        assert jq.get() == "x" and jq.join(timeout=0) is False
+        jq.task_done()
+        assert jq.join(timeout=0) is True
+        assert "0 unfinished" in state(m, "fpq-jq-fast")["state"]
+        _, _, text = _get(_endpoint(d) + "/metrics")
+        for op in ("put", "get", "task_done", "join"):
+            series = f'syncmgr_ops_total{{kind="joinable_queue",op="{op}",result="ok"}}'
+            assert _value(text, series) == 0, (op, _value(text, series))
+    finally:
+        d.close()
+
+
+def test_joinable_overflow_counts_the_daemons_items(m):
+    """Puts past a JoinableQueue ring's room wait in the daemon; they count
+    as unfinished all the same, and join returns once each is done."""
+    jq = m.JoinableQueue(name="fpq-jq-over")
+    ring = jq._fast.ring
+    size = max(64, ring.capacity // 512)
+    n = 3 * ring.capacity // size
+    for i in range(n):
+        jq.put(b"%08d" % i + b"." * (size - 8))
+    assert ring.word("flags") == 2 and jq.qsize() == n
+    assert jq.join(timeout=0) is False
+    for i in range(n):
+        assert jq.get(timeout=30)[:8] == b"%08d" % i
+        jq.task_done()
+    assert jq.join(timeout=30) is True
+    with pytest.raises(ValueError):
+        jq.task_done()
+    assert ring.word("flags") == 0
+
+def _get_and_finish(jq, n):
+    for _ in range(n):
+        jq.get(timeout=30)
+        jq.task_done()
+
+
+def test_joinable_join_is_woken_by_task_done_in_other_processes(daemon, m):
+    """A join asleep on the ring wakes when the last task_done lands, in
+    whichever process and on whichever path (fast or socket) it is called;
+    an item got by one process can be marked done by another."""
+    jq = m.JoinableQueue(name="fpq-jq-wake")
+    jq.put_many(range(20))
+    done = []
+    t = threading.Thread(target=lambda: done.append(jq.join(timeout=60)))
+    t.start()
+    assert wait_until(lambda: state(m, "fpq-jq-wake")["waiters"] == 1)
+    p = CTX.Process(target=_get_and_finish, args=(jq, 10))
+    p.start()
+    p.join(60)
+    assert p.exitcode == 0 and not done
+    socket_c = """
+        import syncmgr, os
+        m = syncmgr.connect(os.environ["SYNCMGR_ADDRESS"], bytes.fromhex(os.environ["SYNCMGR_AUTHKEY"]))
+        jq = m.JoinableQueue(name="fpq-jq-wake")
+        for _ in range(5):
+            if os.environ["GET"] == "1":
+                jq.get(timeout=30)
+            jq.task_done()
+    """
+    getter = run_py(daemon, socket_c, SYNCMGR_FASTPATH="0", GET="1")
+    assert getter.wait(60) == 0, getter.stderr.read()
+    assert [jq.get(timeout=30) for _ in range(5)] == list(range(15, 20))  # got here, finished there:
+    assert jq.join(timeout=0.05) is False and not done
+    finisher = run_py(daemon, socket_c, SYNCMGR_FASTPATH="0", GET="0")
+    assert finisher.wait(60) == 0, finisher.stderr.read()
+    t.join(30)
+    assert done == [True]
+    with pytest.raises(ValueError):
+        jq.task_done()
+
+
+GET_JQ_STEPS = (11, 12, 13)
+DONE_STEPS = (31, 32, 33)
+
+
+def _killed_consumer(jq, step, batch):
+    from syncmgr import _fastpath
+    assert jq.get(timeout=30) == 0  # owed: got, not marked done
+    _fastpath._set_queue_kill_step(step)
+    if step in PUT_STEPS:
+        jq.put(2)
+    elif step in DONE_STEPS:
+        jq.task_done()
+    elif batch:
+        jq.get_many(1)
+    else:
+        jq.get()
+    os._exit(3)  # never reached
+
+
+@pytest.mark.parametrize("step, batch", [(s, False) for s in PUT_STEPS + GET_JQ_STEPS + DONE_STEPS] + [(13, True)])
+def test_joinable_consumer_killed_mid_op_leaves_the_counts_right(m, step, batch):
+    """A consumer SIGKILLed at a labelled step of put, get or task_done on a
+    JoinableQueue's ring: whatever it got and had not marked done is marked
+    done when its session ends (the daemon finishes the op from its journal
+    when the kill came between its commit and its debt), so join never hangs
+    and never returns early, no item is delivered twice, and the queue goes
+    on."""
+    name = f"fpq-jq-kill-{step}-{batch}"
+    jq = m.JoinableQueue(name=name)
+    assert _fast.active(jq)
+    for k in range(KILLS):
+        jq.put(0)
+        jq.put(1)
+        p = CTX.Process(target=_killed_consumer, args=(jq, step, batch))
+        p.start()
+        p.join(60)
+        assert p.exitcode == -signal.SIGKILL, p.exitcode
+        if step == 13:  # the second get committed: both items went with the consumer, both marked done
+            assert jq.join(timeout=30) is True, "join hangs"
+            assert jq.qsize() == 0
+        else:  # item 1 (and a committed put's 2) still queued and unfinished; item 0 marked done (or done: 33)
+            want = [1, 2] if step == 3 else [1]
+            for x in want:
+                assert jq.get(timeout=30) == x, k
+                assert jq.join(timeout=0.05) is False  # never early: x is not done
+                jq.task_done()
+            assert jq.join(timeout=30) is True, "join hangs"
+        with pytest.raises(ValueError):
+            jq.task_done()  # the counts are exact: nothing left to mark done
+        assert jq._fast.ring.word("journal") == 0 and jq._fast.ring.word("latch") == 0
+        assert state(m, name)["waiters"] == 0
+
+
+def test_ctrl_c_in_a_blocked_join_changes_nothing(daemon, m):
+    jq = m.JoinableQueue(name="fpq-jq-sigint")
+    jq.put("a")
+    p = run_py(daemon, """
+        import syncmgr, os
+        m = syncmgr.connect(os.environ["SYNCMGR_ADDRESS"], bytes.fromhex(os.environ["SYNCMGR_AUTHKEY"]))
+        jq = m.JoinableQueue(name="fpq-jq-sigint")
+        from syncmgr import _fast
+        assert _fast.active(jq)
+        print("ready", flush=True)
+        try:
+            jq.join()
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+        import time
+        time.sleep(60)
+    """)
+    assert p.stdout.readline().strip() == "ready"
+    assert wait_until(lambda: state(m, "fpq-jq-sigint")["waiters"] == 1)
+    os.kill(p.pid, signal.SIGINT)
+    assert p.stdout.readline().strip() == "interrupted"
+    assert "1 unfinished" in state(m, "fpq-jq-sigint")["state"]
+    assert jq.get(timeout=5) == "a"
+    jq.task_done()
+    assert jq.join(timeout=5) is True
+    p.kill()
+    p.wait(30)
 
 SCALARS = [0, 127, 128, -32, -33, 255, 256, -128, -129, 65535, 65536, -32768, -32769, 2**32, -2**31 - 1,
            2**63 - 1, 2**63, 2**64 - 1, -2**63, 2**64, -2**63 - 1, 0.0, -1.5, float("inf"), "", "é", "x" * 31,

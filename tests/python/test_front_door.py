@@ -79,16 +79,23 @@ def test_right_key_is_never_refused_after_others_wrong_keys(monkeypatch):
         d.close()
 
 
-def test_limit_answer_is_retried_within_the_connect_timeout():
+def _socket_path_queue(m, monkeypatch):
+    """A JoinableQueue proxy without the fast path: its gets wait in the
+    daemon and so hold a connection (a wait on a queue's ring holds none)."""
+    with monkeypatch.context() as mp:
+        mp.setenv("SYNCMGR_FASTPATH", "0")
+        return m.JoinableQueue()
+
+
+def test_limit_answer_is_retried_within_the_connect_timeout(monkeypatch):
     """Two gets hold this process's two connections (--max-conns-per-client
     2); a put needs a third: it is refused with limit and tried again until
-    another process's put frees one of them. JoinableQueues, whose gets wait
-    in the daemon and so hold a connection (a Queue's wait on the fast path
-    holds none)."""
+    another process's put frees one of them. Queues on the socket path,
+    whose gets wait in the daemon and so hold a connection."""
     d = start_daemon("--max-conns-per-client", "2")
     try:
         m = syncmgr.connect(d.address, d.key)
-        qa, qb = m.JoinableQueue(), m.JoinableQueue()
+        qa, qb = _socket_path_queue(m, monkeypatch), _socket_path_queue(m, monkeypatch)
         qb_pickled = pickle.dumps(qb)  # (pickling asks the daemon: before the connections are taken)
         ta, box_a = _run_bg(qa.get, True, 60)
         tb, box_b = _run_bg(qb.get, True, 60)
@@ -110,15 +117,15 @@ def test_limit_answer_is_retried_within_the_connect_timeout():
 
 
 @pytest.mark.skipif(not _fast.enabled_by_env(), reason="the fast path is off")
-def test_failed_fast_path_attach_is_tried_again():
+def test_failed_fast_path_attach_is_tried_again(monkeypatch):
     """The attach's extra connection is refused (--max-conns-per-client 2,
     both in use); once connections are free, a new object gets the fast
-    path: the failure was not kept for the client's life. (A JoinableQueue's
-    get waits in the daemon, holding a connection.)"""
+    path: the failure was not kept for the client's life. (A queue on the
+    socket path, whose get waits in the daemon, holding a connection.)"""
     d = start_daemon("--max-conns-per-client", "2")
     try:
         m = syncmgr.connect(d.address, d.key)
-        q = m.JoinableQueue()
+        q = _socket_path_queue(m, monkeypatch)
         t, box = _run_bg(q.get, True, 60)
         assert wait_until(lambda: _waiting(d) == 1, timeout=30)
         t0 = time.monotonic()
