@@ -178,7 +178,7 @@ func TestJoinableRingJournalRepair(t *testing.T) {
 // the ring before they are got or are got straight from over, and every
 // task_done takes exactly one off.
 func TestJoinableRingOverflowCounts(t *testing.T) {
-	m, _ := fastManager(t)
+	m := smallRingManager(t)
 	ctx := testCtx(t)
 	s := newSession(t, m)
 	q := create[*Queue](t, m, s, KindJoinableQueue, "jq-over", Params{})

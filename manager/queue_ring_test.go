@@ -228,7 +228,7 @@ func ringClientGet(t *testing.T, r *statemem.Ring) ([]byte, bool) {
 // then the flags are clear and the watcher ends. An undone get sets
 // RingFlagDaemon on top.
 func TestQueueRingOverRefilledWhileClientsDrain(t *testing.T) {
-	m, _ := fastManager(t)
+	m := smallRingManager(t)
 	q := ringQueue(t, m, "refill", 0)
 	ctx := testCtx(t)
 	const n = 1200 // ~1.2 MB: four rings' worth of 1 KiB records
