@@ -9,7 +9,12 @@ checks it against what the victim's ops had done:
   3 committed (killed before ``put`` returned);
 * get (single ``get`` and ``get_many``): 11 latch taken, 12 copied out,
   13 committed (the item went with the dead consumer: the one loss allowed);
-* 21: a blocked ``get`` killed as it leaves its sleep, after an item came.
+* 21: a blocked ``get`` killed as it leaves its sleep, after an item came;
+* JoinableQueue: a consumer that got one item (and owes its ``task_done``)
+  killed at a step of put, get or ``task_done`` (31 latch taken, 32
+  committed, 33 debt lowered): ``join`` must neither hang nor return while
+  an item is unfinished, and one ``task_done`` too many must raise (the
+  counts are exact).
 
 Every item has its own id. Counted per step: duplicates (an id got twice),
 lost items (a put that returned, never got, beyond the one a consumer killed
@@ -55,6 +60,8 @@ VARIANTS: list[tuple[str, str, int, bool]] = (
     [(f"put step {s}{' (put_many)' if b else ''}", "put", s, b) for s in (1, 2, 3) for b in (False, True)]
     + [(f"get step {s}{' (get_many)' if b else ''}", "get", s, b) for s in (11, 12, 13) for b in (False, True)]
     + [("get leaving its sleep (21)", "sleep", 21, False)]
+    + [(f"JoinableQueue, {op} step {s}", "jq", s, False)
+       for op, steps in (("put", (1, 2, 3)), ("get", (11, 12, 13)), ("task_done", (31, 32, 33))) for s in steps]
 )
 
 
@@ -75,6 +82,15 @@ def _victim(q: Any, kind: str, step: int, batch: bool, ids: list[int]) -> None:
                 q.get_many(1, timeout=30)
             else:
                 q.get(timeout=30)
+        elif kind == "jq":
+            q.get(timeout=30)  # owed: got, not marked done
+            _fastpath._set_queue_kill_step(step)
+            if step < 10:
+                q.put(ids[2])
+            elif step < 30:
+                q.get(timeout=30)
+            else:
+                q.task_done()
         else:
             _fastpath._set_queue_kill_step(step)
             q.get(timeout=60)
@@ -152,6 +168,69 @@ def one_variant(m: Any, label: str, kind: str, step: int, batch: bool, kills: in
     return c
 
 
+def one_joinable(m: Any, label: str, step: int, kills: int, base: int) -> dict[str, Any]:
+    name = f"kills-jq-{step}-{base}"
+    q = m.JoinableQueue(name=name)
+    if not _fast.active(q):
+        raise RuntimeError(f"the JoinableQueue is not on the fast path: {_fast.reasons}")
+    seen: collections.Counter[int] = collections.Counter()
+    c = {"kills": 0, "duplicates": 0, "lost": 0, "uncommitted seen": 0, "committed missing": 0, "wedged": 0,
+         "bad exit": 0, "join hung": 0, "join early": 0, "counts off": 0}
+    recovery: list[float] = []
+    for k in range(kills):
+        ids = [base + 10 * k + j for j in range(3)]
+        q.put(ids[0])
+        q.put(ids[1])
+        p = CTX.Process(target=_victim, args=(q, "jq", step, False, ids))
+        p.start()
+        p.join(60)
+        c["kills"] += 1
+        if p.exitcode != -signal.SIGKILL:
+            c["bad exit"] += 1
+        taken = {ids[0], ids[1]} if step == 13 else {ids[0]}  # delivered to the consumer before it died
+        want = [ids[1], ids[2]] if step == 3 else [] if step == 13 else [ids[1]]
+        t0 = time.monotonic()
+        got: list[int] = []
+        for _ in want:
+            try:
+                x = q.get(timeout=WEDGED_S * 3)
+            except queue.Empty:
+                c["wedged"] += 1
+                break
+            if not got:
+                recovery.append(time.monotonic() - t0)
+            got.append(x)
+            if q.join(timeout=0.01):
+                c["join early"] += 1  # x is not done yet
+            q.task_done()
+        if not want:
+            recovery.append(time.monotonic() - t0)
+        if not q.join(timeout=WEDGED_S):
+            c["join hung"] += 1
+        try:
+            q.task_done()
+            c["counts off"] += 1  # one too many was accepted
+        except ValueError:
+            pass
+        while True:
+            try:
+                got.append(q.get_nowait())
+            except queue.Empty:
+                break
+        seen.update(got)
+        gs = set(got)
+        c["lost"] += len({ids[0], ids[1]} - gs - taken)
+        if step in (1, 2) and ids[2] in gs:
+            c["uncommitted seen"] += 1
+        if step == 3 and ids[2] not in gs:
+            c["committed missing"] += 1
+    c["duplicates"] = sum(n - 1 for n in seen.values() if n > 1)
+    c["recovery p50 ms"] = statistics.median(recovery) * 1e3 if recovery else math.nan
+    c["recovery max ms"] = max(recovery) * 1e3 if recovery else math.nan
+    c["waiters left"] = _waiters(m, name)
+    return c
+
+
 def run(kills_total: int, smoke: bool) -> dict[str, Any]:
     per = 1 if smoke else math.ceil(kills_total / len(VARIANTS))
     R: dict[str, Any] = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -161,7 +240,11 @@ def run(kills_total: int, smoke: bool) -> dict[str, Any]:
         m.start()
         try:
             for i, (label, kind, step, batch) in enumerate(VARIANTS):
-                R["rows"][label] = one_variant(m, label, kind, step, batch, per, (i + 1) * 10_000_000)
+                base = (i + 1) * 10_000_000
+                if kind == "jq":
+                    R["rows"][label] = one_joinable(m, label, step, per, base)
+                else:
+                    R["rows"][label] = one_variant(m, label, kind, step, batch, per, base)
                 T.log(f"{label}: {R['rows'][label]}")
         finally:
             T.reap()
@@ -170,24 +253,24 @@ def run(kills_total: int, smoke: bool) -> dict[str, Any]:
     return R
 
 
-COLS = ("kills", "duplicates", "lost", "uncommitted seen", "committed missing", "wedged", "bad exit",
-        "waiters left", "recovery p50 ms", "recovery max ms")
+COLS = ("kills", "duplicates", "lost", "uncommitted seen", "committed missing", "wedged", "join hung", "join early",
+        "counts off", "bad exit", "waiters left", "recovery p50 ms", "recovery max ms")
 
 
 def report(R: dict[str, Any], md: bool) -> str:
     rows = []
     tot: collections.Counter[str] = collections.Counter()
     for label, c in R["rows"].items():
-        rows.append([label] + [f"{c[k]:.1f}" if k.endswith("ms") else str(c[k]) for k in COLS])
-        tot.update({k: c[k] for k in COLS if not k.endswith("ms")})
+        rows.append([label] + [f"{c[k]:.1f}" if k.endswith("ms") else str(c.get(k, "–")) for k in COLS])
+        tot.update({k: c.get(k, 0) for k in COLS if not k.endswith("ms")})
     rows.append(["**all**" if md else "all"] + [str(tot[k]) if not k.endswith("ms") else "" for k in COLS])
     return T.table(["step", *COLS], rows, md)
 
 
 def violations(R: dict[str, Any]) -> int:
-    return sum(c[k] for c in R["rows"].values()
-               for k in ("duplicates", "lost", "uncommitted seen", "committed missing", "wedged", "bad exit",
-                         "waiters left"))
+    return sum(c.get(k, 0) for c in R["rows"].values()
+               for k in ("duplicates", "lost", "uncommitted seen", "committed missing", "wedged", "join hung",
+                         "join early", "counts off", "bad exit", "waiters left"))
 
 
 def write_doc(R: dict[str, Any], path: str) -> None:
