@@ -55,12 +55,16 @@ import (
 //
 // The capacity is large (the daemon's --queue-ring-bytes, 64 MiB by
 // default, at most RingMaxCapacity) and the memory file is sparse: a page
-// exists only once a record touched it. Hot window rule: a put that finds
-// the ring empty (head == tail) with its write index at or past RingHot
-// (and the record fits before that index) writes a pad record there and
-// places its record at index 0, so a queue that never holds much stays in
-// the first RingHot bytes (warm in the caches, few pages) instead of
-// sweeping the whole area. Readers need nothing new: a pad record at the
+// exists only once a record touched it. Hot window rule: a put whose write
+// index is at or past RingHot, with room before the records the ring holds
+// for them and its own record again (2 x (used + need) <= index: they lie
+// in [index - used, index) and none wraps; always so in an empty ring past
+// the window), writes a pad record there and places its record at index 0.
+// The pad's bytes count as used until the readers pass it, hence the room
+// for as much again: writers go on meanwhile. So a queue stays within
+// RingHot plus twice what it holds (warm in the caches, few pages) instead
+// of sweeping the whole area: a queue of small items in the first RingHot
+// bytes, one of 1 MiB arrays a few MiB behind its consumer. Readers need nothing new: a pad record at the
 // head always sends them to index 0. The daemon gives back the pages past
 // the hot window of a ring that is empty and idle (Trim).
 //
@@ -540,7 +544,7 @@ func (r *Ring) Put(kind uint32, p []byte) {
 	idx := tp & (r.cap - 1)
 	need := recHeader + pad8(uint64(len(p)))
 	adv := need
-	if idx+need > r.cap || tp == hp && idx >= RingHot && need <= idx {
+	if idx+need > r.cap || idx >= RingHot && 2*((tp-hp)&ringPosMask+need) <= idx {
 		r.header(idx, 0, RecPad)
 		adv += r.cap - idx
 		idx = 0

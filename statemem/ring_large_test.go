@@ -135,3 +135,44 @@ func TestRingTrim(t *testing.T) {
 		t.Fatalf("after the trim: %q %v %v", p, ok, err)
 	}
 }
+
+// Hot window, non-empty ring: 1 MiB items streaming through a 64 MiB ring
+// that always holds a few of them go back to index 0 whenever the next one
+// fits before them, so the ring touches a few MiB, not all 64, in order.
+func TestRingHotWindowBehindAConsumer(t *testing.T) {
+	r, err := NewRing(64<<20, 0, 16<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if !r.Lock(noneGone) {
+		t.Fatal("lock")
+	}
+	defer r.Unlock(true)
+	const lag, item = 3, 1 << 20
+	put := func(i int) {
+		p := bytes.Repeat([]byte{byte(i)}, item+i%7)
+		if ok, err := r.Fits(uint64(len(p))); !ok || err != nil {
+			t.Fatalf("item %d: fits %v %v", i, ok, err)
+		}
+		r.Put(RecItem, p)
+		tp, _ := r.tail()
+		if idx := tp & (r.cap - 1); idx > RingHot+3*(lag+2)*(item+64) {
+			t.Fatalf("item %d: the tail is at index %d: the ring sweeps its whole area", i, idx)
+		}
+	}
+	for i := 0; i < lag; i++ {
+		put(i)
+	}
+	for i := lag; i < 300; i++ {
+		put(i)
+		want := i - lag
+		kind, p, ok, err := r.Get()
+		if err != nil || !ok || kind != RecItem || len(p) != item+want%7 || p[0] != byte(want) {
+			t.Fatalf("get %d: kind %d, %d bytes, %v %v", want, kind, len(p), ok, err)
+		}
+	}
+	if a := allocated(t, r); a > int64(RingHeader)+RingHot+3*(lag+2)*(item+64) {
+		t.Fatalf("the ring holds %d bytes of memory for %d items of 1 MiB in flight", a, lag+1)
+	}
+}

@@ -209,14 +209,17 @@ typedef struct {
 /* Writes one record of n payload bytes gathered from parts (it fits) and
  * returns the tail word to commit; the caller stores it (one store commits
  * every record written before it). Placement: the record goes at the tail
- * unless it would cross the end (a pad record, then index 0), or the ring
- * is empty and the tail is past the hot window (a pad record, then index
- * 0: a queue of small items stays in the first RING_HOT bytes; see
- * statemem/ring.go). Either way the record fits when ring_fits said so. */
+ * unless it would cross the end (a pad record, then index 0), or the tail
+ * is past the hot window and there is room before the live records for
+ * them and this record again (2 * (used + need) <= idx: they lie in
+ * [idx - used, idx), none wraps): a pad record, then index 0, so the ring's
+ * footprint stays near RING_HOT plus twice what it holds (the room lets the
+ * writer go on until the readers pass the pad; see statemem/ring.go). Either way the record fits when
+ * ring_fits said so. */
 static uint64_t ring_writev(Ring *r, uint64_t tail, const Part *parts, int nparts, uint64_t n, int allow_threads) {
     uint64_t tp = tail & POS_MASK, tn = tail >> POS_BITS, hp = LOAD(W64(r, R_HEAD)) & POS_MASK;
-    uint64_t idx = tp & (r->cap - 1), need = REC_HEADER + pad8(n), adv = need;
-    if (idx + need > r->cap || (tp == hp && idx >= RING_HOT && need <= idx)) {
+    uint64_t idx = tp & (r->cap - 1), need = REC_HEADER + pad8(n), adv = need, used = (tp - hp) & POS_MASK;
+    if (idx + need > r->cap || (idx >= RING_HOT && 2 * (used + need) <= idx)) {
         rec_header(r, idx, 0, REC_PAD);
         adv += r->cap - idx;
         idx = 0;
