@@ -61,14 +61,24 @@ func WakeAll(w *uint64) {
 }
 
 // WakeOne wakes one process asleep on the word at w (the kernel wakes them
-// in arrival order): a Lock's release.
-func WakeOne(w *uint64) {
-	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWake, 1, 0, 0, 0)
+// in arrival order): a Lock's release. It returns how many it woke (0 or
+// 1; -1 on an error).
+func WakeOne(w *uint64) int {
+	n, _, errno := unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWake, 1, 0, 0, 0)
+	if errno != 0 {
+		return -1
+	}
+	return int(n)
 }
 
-// wakeBits wakes every sleeper on w whose wait bitset meets bits.
-func wakeBits(w *uint64, bits uint32) {
-	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWakeBitset, uintptr(1<<31-1), 0, 0, uintptr(bits))
+// wakeBits wakes every sleeper on w whose wait bitset meets bits and
+// returns how many it woke (-1 on an error).
+func wakeBits(w *uint64, bits uint32) int {
+	n, _, errno := unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWakeBitset, uintptr(1<<31-1), 0, 0, uintptr(bits))
+	if errno != 0 {
+		return -1
+	}
+	return int(n)
 }
 
 // futexWaitBits is futexWaitWord with a wake bitset and an absolute

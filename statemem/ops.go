@@ -438,19 +438,42 @@ func waitLatch(w *uint64, x uint64, since *time.Time) bool {
 	return true
 }
 
+// semWake is the wake-up a commit owes when the word has sleepers and units
+// are free (the C extension's sem_wake): one sleeper (the heir's threads
+// while there is an heir), not all of them, so that hundreds of waiters do
+// not stampede for one unit. BitWaiters stays set while anyone may still
+// sleep, so the next commit that frees a unit wakes the next one; a taker
+// that leaves units free wakes another, and a woken waiter that leaves
+// without a unit passes its wake-up on (Wait.Done). When the wake-up finds
+// nobody asleep the bit is cleared, by CAS on the word just committed: a
+// waiter about to sleep then sees the word change and looks again.
+func semWake(w *uint64, committed uint64) {
+	woke := 0
+	if atomic.LoadUint32(heirOf(w)) != 0 {
+		woke = wakeBits(w, wakeHeir)
+	}
+	if woke <= 0 {
+		woke = WakeOne(w)
+	}
+	if woke == 0 {
+		atomic.CompareAndSwapUint64(w, committed, committed&^BitWaiters)
+	}
+}
+
 // semCommit ends slot's latch, adding delta to the free units; it reports
 // false when the latch is not slot's any more (the daemon took it over: the
-// session ended, and the op is void).
+// session ended, and the op is void). A commit that leaves units free on a
+// word with sleepers wakes one (semWake).
 func semCommit(w *uint64, slot uint32, delta int64) bool {
 	for {
 		x := atomic.LoadUint64(w)
 		if latched(x) != slot {
 			return false
 		}
-		n := x&^(MaskLatch|BitWaiters|MaskLow) | uint64(int64(x&MaskLow)+delta)
+		n := x&^(MaskLatch|MaskLow) | uint64(int64(x&MaskLow)+delta)
 		if atomic.CompareAndSwapUint64(w, x, n) {
-			if x&BitWaiters != 0 {
-				WakeAll(w)
+			if n&BitWaiters != 0 && n&MaskLow > 0 {
+				semWake(w, n)
 			}
 			return true
 		}
@@ -471,7 +494,7 @@ func SemAcquire(w *uint64, e *uint32, slot uint32, timeout time.Duration) Result
 // SemAcquireWait is SemAcquire for one slice of a wait whose state wt
 // carries over (the caller calls wt.Done when the wait is over). The last
 // free unit is kept for a starving waiter's slot (the heir, see
-// waiters.go); a commit wakes every sleeper.
+// waiters.go); a commit that leaves units free wakes one sleeper.
 func SemAcquireWait(w *uint64, e *uint32, slot uint32, timeout time.Duration, wt *Wait) Result {
 	deadline := deadlineOf(timeout)
 	var latchSince time.Time
