@@ -126,7 +126,7 @@ int sem_acquire_core(Segment *s, uint64_t *w, uint64_t slot, uint64_t tid, doubl
     uint32_t *e = ledger_entry(s, w, slot);
     if (e == NULL)
         return RES_DAEMON;
-    Wait wt = {.slot = slot}; /* counted in the slot's waiter record while it waits */
+    Wait wt = {.slot = slot}; /* holds a waiter-table entry while it waits */
     int r = sem_acquire_in(s, w, slot, e, timeout, &wt);
     wait_done(w, &wt, r);
     return r;

@@ -23,6 +23,7 @@ import pytest
 fp = pytest.importorskip("syncmgr._fastpath")
 
 MAGIC = 0x5752474D434E5953
+VERSION = 2  # statemem.Version
 SLOTS = 16
 SIZE = SLOTS * 64
 RING_MAGIC = 0x5152474D434E5953  # "SYNCMGRQ"
@@ -41,7 +42,7 @@ def make_segment() -> int:
     inherits N), which reopens the same memory."""
     fd = os.memfd_create("test-seg", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     os.fchmod(fd, 0o600)
-    os.pwrite(fd, struct.pack("<QIII", MAGIC, 1, 64, SLOTS).ljust(SIZE, b"\0"), 0)
+    os.pwrite(fd, struct.pack("<QIII", MAGIC, VERSION, 64, SLOTS).ljust(SIZE, b"\0"), 0)
     fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
     os.pwrite(fd, struct.pack("<II", LEDGER, LEDGER_LEN), SEM + 40)
     return fd
@@ -87,14 +88,14 @@ def test_refuses_unsealed_files() -> None:
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "seg")
         with open(path, "wb") as f:
-            f.write(struct.pack("<QIII", MAGIC, 1, 64, SLOTS).ljust(SIZE, b"\0"))
+            f.write(struct.pack("<QIII", MAGIC, VERSION, 64, SLOTS).ljust(SIZE, b"\0"))
         os.chmod(path, 0o600)
         with pytest.raises(PermissionError, match="sealed"):
             open_segment(path)
     fd = os.memfd_create("unsealed", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
         os.fchmod(fd, 0o600)
-        os.pwrite(fd, struct.pack("<QIII", MAGIC, 1, 64, SLOTS).ljust(SIZE, b"\0"), 0)
+        os.pwrite(fd, struct.pack("<QIII", MAGIC, VERSION, 64, SLOTS).ljust(SIZE, b"\0"), 0)
         fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)  # shrink only: it could still grow
         with pytest.raises(PermissionError, match="sealed"):
             fp.Segment(fd, SIZE)
