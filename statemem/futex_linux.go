@@ -82,13 +82,16 @@ func wakeBits(w *uint64, bits uint32) int {
 }
 
 // futexWaitBits is futexWaitWord with a wake bitset and an absolute
-// CLOCK_MONOTONIC deadline (mono, ns; 0: until woken).
-func futexWaitBits(w *uint64, val uint32, mono uint64, bits uint32) {
+// CLOCK_MONOTONIC deadline (mono, ns; 0: until woken). It reports false
+// when the kernel never queued the caller (EAGAIN: the word no longer read
+// val), which therefore took no wake-up.
+func futexWaitBits(w *uint64, val uint32, mono uint64, bits uint32) bool {
 	var tsp unsafe.Pointer
 	var ts unix.Timespec
 	if mono > 0 {
 		ts = unix.NsecToTimespec(int64(mono))
 		tsp = unsafe.Pointer(&ts)
 	}
-	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWaitBitset, uintptr(val), uintptr(tsp), 0, uintptr(bits))
+	_, _, errno := unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWaitBitset, uintptr(val), uintptr(tsp), 0, uintptr(bits))
+	return errno != unix.EAGAIN
 }

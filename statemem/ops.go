@@ -82,8 +82,9 @@ func sleepBits(w *uint64, x uint64, deadline time.Time, bits uint32, wt *Wait) b
 		}
 		mono = MonoNow() + uint64(d)
 	}
-	wt.slept = true
-	futexWaitBits(w, uint32(x), mono, bits)
+	if futexWaitBits(w, uint32(x), mono, bits) {
+		wt.slept = true // an EAGAIN took no release's wake-up: nothing to keep or pass on
+	}
 	return true
 }
 

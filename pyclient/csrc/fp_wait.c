@@ -155,13 +155,18 @@ int sleep_on_bits(Segment *s, uint64_t *w, uint64_t x, Wait *wt, uint32_t bits) 
             ts.tv_nsec = 999999999L;
         tsp = &ts;
     }
-    wt->slept = 1;
     long rc;
     int err;
     Py_BEGIN_ALLOW_THREADS
     rc = syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT_BITSET, (uint32_t)x, tsp, NULL, bits);
     err = errno;
     Py_END_ALLOW_THREADS
+    /* EAGAIN: the word changed before the kernel queued us, so we never
+     * slept and took no release's wake-up: nothing to keep (the sleepers
+     * bit on taking the lock) or to pass on (wait_done). On a hot lock that
+     * is most futex waits, and each would have cost a wake of nobody. */
+    if (rc == 0 || err != EAGAIN)
+        wt->slept = 1;
     if (rc == -1 && err == EINTR && PyErr_CheckSignals() < 0)
         return -1;
     return LOAD(&s->detached) ? 2 : 1;
