@@ -412,18 +412,26 @@ func latched(x uint64) uint32 { return uint32(x >> LatchShift & MaskLow) }
 const latchSpin = 100
 
 // LatchGrace is how long a client op waits for a latch held by another
-// process before it sends the op to the daemon instead. A live holder lets
-// go within nanoseconds (microseconds when preempted); one that is stopped,
-// or a latch no live session holds (a stray store), is the daemon's to
-// judge: it takes over a latch naming no live session at once, and waits
-// for a live holder only as long as the request's deadline allows.
-const LatchGrace = 2 * time.Millisecond
+// process before it sends the op to the daemon instead; LatchGraceNow is
+// that wait for a non-blocking acquire, which must answer at once. A live
+// holder lets go within nanoseconds when it runs, but where processes
+// outnumber CPUs one preempted inside its op is off the CPU for
+// milliseconds, and an acquire sent to the daemon that finds no unit free
+// queues there and sets BitDaemon, which sends every process's ops to the
+// socket for as long as anyone is queued. A holder that is stopped, or a
+// latch no live session holds (a stray store), is the daemon's to judge: it
+// takes over a latch naming no live session at once, and waits for a live
+// holder only as long as the request's deadline allows.
+const (
+	LatchGrace    = 50 * time.Millisecond
+	LatchGraceNow = 2 * time.Millisecond
+)
 
 // waitLatch waits for the latch seen in x to be let go: a few reads, then a
 // futex sleep of at most a millisecond. It reports false once the op has
-// waited LatchGrace in all since *since (set on the first call): the op
-// then goes to the daemon.
-func waitLatch(w *uint64, x uint64, since *time.Time) bool {
+// waited grace in all since *since (set on the first call): the op then
+// goes to the daemon.
+func waitLatch(w *uint64, x uint64, since *time.Time, grace time.Duration) bool {
 	for i := 0; i < latchSpin; i++ {
 		if atomic.LoadUint64(w) != x {
 			return true
@@ -432,7 +440,7 @@ func waitLatch(w *uint64, x uint64, since *time.Time) bool {
 	now := time.Now()
 	if since.IsZero() {
 		*since = now
-	} else if now.Sub(*since) >= LatchGrace {
+	} else if now.Sub(*since) >= grace {
 		return false
 	}
 	sleep(w, x, now.Add(time.Millisecond))
@@ -498,7 +506,10 @@ func SemAcquire(w *uint64, e *uint32, slot uint32, timeout time.Duration) Result
 // waiters.go); a commit that leaves units free wakes one sleeper.
 func SemAcquireWait(w *uint64, e *uint32, slot uint32, timeout time.Duration, wt *Wait) Result {
 	deadline := deadlineOf(timeout)
-	var latchSince time.Time
+	grace := LatchGrace // measured over the whole wait (wt.latchSince), across its slices
+	if timeout == 0 {
+		grace = LatchGraceNow
+	}
 	for {
 		x := atomic.LoadUint64(w)
 		h := atomic.LoadUint32(heirOf(w))
@@ -506,7 +517,7 @@ func SemAcquireWait(w *uint64, e *uint32, slot uint32, timeout time.Duration, wt
 		case x&BitDaemon != 0:
 			return Daemon
 		case latched(x) != 0:
-			if !waitLatch(w, x, &latchSince) {
+			if !waitLatch(w, x, &wt.latchSince, grace) {
 				return Daemon
 			}
 		case x&MaskLow == 1 && h != 0 && h != slot:
@@ -543,7 +554,7 @@ func SemRelease(w *uint64, e *uint32, slot uint32) Result {
 		case x&BitDaemon != 0 || atomic.LoadUint32(e) == 0 || x&MaskLow == MaskLow:
 			return Daemon
 		case latched(x) != 0:
-			if !waitLatch(w, x, &latchSince) {
+			if !waitLatch(w, x, &latchSince, LatchGrace) {
 				return Daemon
 			}
 		case atomic.CompareAndSwapUint64(w, x, x|uint64(slot)<<LatchShift):

@@ -169,6 +169,7 @@ type Wait struct {
 	start      time.Time
 	entry      *WaitEntry // the table entry this wait holds
 	unrecorded bool       // counted in the header's unrecorded count instead
+	latchSince time.Time  // when a Semaphore op first waited for another's latch
 	slept      bool
 	heir       bool
 }

@@ -68,6 +68,8 @@
 #define OFF_LEDGER 40u
 #define OFF_LEDGER_LEN 44u
 #define LATCH_SPIN 100
+/* A contended acquire's reads of the word before its first sleep (spin_until). */
+#define SPIN_READS 100
 
 /* Waits (fp_wait.c). The header's bytes 24 and 28: the waiter table's
  * offset and its number of entries (0: no table), a pool shared by every
@@ -148,6 +150,7 @@ int sleep_on_bits(Segment *s, uint64_t *w, uint64_t x, Wait *wt, uint32_t bits);
 void stamp_since(uint64_t *w);
 double now_monotonic(void);
 int sleep_on(Segment *s, uint64_t *w, uint64_t x, Wait *wt);
+int spin_until(uint64_t *w, uint64_t x, uint64_t mask);
 int wait_turn(Segment *s, uint64_t *w, uint64_t x, double timeout, Wait *wt);
 int heir_turn(Segment *s, uint64_t *w, uint64_t x, double timeout, Wait *wt, int reserved);
 int turn_result(int r);

@@ -23,39 +23,6 @@ static void heir_served(uint64_t *w, uint32_t h, Wait *wt) {
     }
 }
 
-/*
- * A contended acquire reads the word a little before its first sleep: a
- * lock is held for a few hundred nanoseconds, and a futex sleep and the
- * wake-up it needs cost microseconds. LOCK_SPIN reads with a pause between
- * them (a few microseconds at most); on one CPU the holder cannot run
- * while we spin, so we never do there. Returns 1 when the lock was seen
- * free (or the daemon bit set): look again; 0: sleep.
- */
-#define LOCK_SPIN 100
-
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
-
-static int spin_for_free(uint64_t *w) {
-    static int cpus = 0; /* a benign race: every thread computes the same */
-    if (cpus == 0)
-        cpus = sysconf(_SC_NPROCESSORS_ONLN) > 1 ? 2 : 1;
-    if (cpus < 2)
-        return 0;
-    for (int i = 0; i < LOCK_SPIN; i++) {
-        cpu_relax();
-        uint64_t x = LOAD(w);
-        if ((x & MASK_LOW) == 0 || (x & BIT_DAEMON))
-            return 1;
-    }
-    return 0;
-}
-
 /* The wake-up a release owes when the word had sleepers. */
 static void release_wake(uint64_t *w) {
     if (LOAD(HEIR_OF(w)) != 0)
@@ -87,7 +54,7 @@ static int lock_acquire_in(Segment *s, uint64_t *w, uint64_t slot, uint64_t tid,
         }
         if ((x & MASK_LOW) != 0 && timeout != 0 && !spun && !wt->slept) {
             spun = 1;
-            if (spin_for_free(w))
+            if (spin_until(w, x, MASK_LOW | BIT_DAEMON))
                 continue;
         }
         int r = heir_turn(s, w, x, timeout, wt, (x & MASK_LOW) == 0);
@@ -153,7 +120,7 @@ static int rlock_acquire_in(Segment *s, uint64_t *w, uint64_t slot, uint64_t tid
         }
         if (owner != 0 && timeout != 0 && !spun && !wt->slept) {
             spun = 1;
-            if (spin_for_free(w))
+            if (spin_until(w, x, MASK_LOW | BIT_DAEMON))
                 continue;
         }
         int r = heir_turn(s, w, x, timeout, wt, owner == 0);

@@ -103,6 +103,38 @@ void wait_done(uint64_t *w, Wait *wt, int r) {
         futex_wake_one(w);
 }
 
+/*
+ * spin_until is the short spin of a contended acquire before its first
+ * sleep: it reads the word up to SPIN_READS times, with a pause between
+ * reads, and returns 1 as soon as the bits of mask differ from x's (the
+ * lock was let go, a unit freed...): look again; 0: sleep. A lock is held,
+ * and a latch kept, for a few hundred nanoseconds, while a futex sleep and
+ * the wake-up it needs cost microseconds, and a waiter that sleeps sets the
+ * sleepers bit, which costs its taker's release a wake-up too. On one CPU
+ * the holder cannot run while we spin, so there we never do.
+ */
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+int spin_until(uint64_t *w, uint64_t x, uint64_t mask) {
+    static int cpus = 0; /* a benign race: every thread computes the same */
+    if (cpus == 0)
+        cpus = sysconf(_SC_NPROCESSORS_ONLN) > 1 ? 2 : 1;
+    if (cpus < 2)
+        return 0;
+    for (int i = 0; i < SPIN_READS; i++) {
+        cpu_relax();
+        if ((LOAD(w) & mask) != (x & mask))
+            return 1;
+    }
+    return 0;
+}
+
 /* The since field: when the owner took the lock, CLOCK_MONOTONIC ns (the
  * daemon reads it for status; every process on the host shares the clock).
  * The coarse clock (a few ms of resolution, plenty for "held for") costs a

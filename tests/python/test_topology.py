@@ -193,6 +193,61 @@ def test_eight_threads_of_one_process_each_show_in_status_and_wake(m):
             p.kill()
 
 
+def _sem_loop(sem, go, conn, n, limit):
+    try:
+        c = Counter()
+        acq, rel = sem.acquire, sem.release
+        acq()  # on this process's own session first
+        rel()
+        before = c.requests
+        go.wait(60)
+        end = time.monotonic() + limit
+        done = 0
+        while done < n and time.monotonic() < end:
+            for _ in range(100):
+                acq()
+                rel()
+            done += 100
+        conn.send({"ops": done, "requests": c.requests - before})
+    except BaseException as e:  # noqa: BLE001 - reported to the parent
+        conn.send({"error": repr(e)})
+
+
+def test_semaphore_shared_by_32_processes_stays_off_the_socket(m):
+    # With many more processes than CPUs, a latch holder preempted inside its
+    # op keeps the latch for milliseconds. Others used to send their op to
+    # the daemon after 2 ms; an acquire that found no unit queued there and
+    # set the daemon bit, and from then on every process's ops went over the
+    # socket for as long as anyone was queued (1,000x slower on 2 cores). A
+    # blocking op now waits 50 ms for a latch: the ops stay in shared memory.
+    sem = m.Semaphore(1)
+    assert _fast.active(sem), _fast.reasons
+    go = FORK.Event()
+    pipes = [FORK.Pipe(duplex=False) for _ in range(32)]
+    procs = [FORK.Process(target=_sem_loop, args=(sem, go, wr, 100000, 60.0)) for _, wr in pipes]
+    for p in procs:
+        p.start()
+    try:
+        go.set()
+        got = []
+        for rd, _ in pipes:
+            assert rd.poll(180), "a process never reported"
+            got.append(rd.recv())
+        assert all("error" not in g for g in got), got
+        ops = sum(g["ops"] for g in got)
+        requests = sum(g["requests"] for g in got)
+        # Counts, not time: a few ops may still meet a latch kept past 50 ms
+        # on a loaded machine; a collapse sends nearly all of them.
+        assert requests <= ops // 100, (requests, ops)
+    finally:
+        for p in procs:
+            p.join(30)
+            if p.is_alive():
+                p.kill()
+    assert sem.acquire(timeout=30)
+    sem.release()
+
+
 def _wait_forever(lock, ready):
     lock.acquire(False)  # on the child's own session first
     ready.set()
