@@ -280,13 +280,15 @@ func heirServed(w *uint64, h uint32, wt *Wait) {
 	}
 }
 
-// releaseWake is the wake-up a release owes when the word had sleepers.
+// releaseWake is the wake-up a release owes when the word had sleepers:
+// the heir's sleepers while there is an heir, else (or when none of them
+// was asleep: the heir may be between two looks) one sleeper, so that a
+// release that cleared BitWaiters never leaves a sleeper without a wake-up.
 func releaseWake(w *uint64) {
-	if atomic.LoadUint32(heirOf(w)) != 0 {
-		wakeBits(w, wakeHeir)
-	} else {
-		WakeOne(w)
+	if atomic.LoadUint32(heirOf(w)) != 0 && wakeBits(w, wakeHeir) > 0 {
+		return
 	}
+	WakeOne(w)
 }
 
 // DropHeir clears an heir field that names slot (its session ended) and

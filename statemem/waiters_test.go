@@ -291,3 +291,46 @@ func TestSemaphoreHeirKeepsTheLastUnit(t *testing.T) {
 		t.Fatalf("the last unit went past the heir: %v", res)
 	}
 }
+
+// A release while the heir is not asleep (between two looks, or its futex
+// wait found the word changed) still wakes a sleeper: the release cleared
+// BitWaiters, so a wake-up aimed at the heir alone would leave the other
+// sleepers asleep for good.
+func TestReleaseWithAnAwakeHeirWakesASleeper(t *testing.T) {
+	s := tableSeg(t)
+	r, _ := s.Alloc(KindLock, 0, 0)
+	w, aux, heir := s.State(r.Off), s.Aux(r.Off), s.Heir(r.Off)
+	if LockAcquire(w, aux, 1, 1, 0) != OK {
+		t.Fatal("take")
+	}
+	done := make(chan Result, 1)
+	go func() {
+		wt := s.NewWait(2)
+		res := LockAcquireWait(w, aux, 2, 2, Forever, wt)
+		wt.Done(w, res)
+		done <- res
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(s.Waiting(2)) == 0 || atomic.LoadUint64(w)&BitWaiters == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter never went to sleep")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond) // asleep on the futex by now
+	atomic.StoreUint32(heir, 3)       // slot 3 is the heir, and not asleep
+	if LockRelease(w, aux) != OK {
+		t.Fatal("release")
+	}
+	time.Sleep(20 * time.Millisecond)
+	atomic.StoreUint32(heir, 0) // the heir left without taking its turn
+	select {
+	case res := <-done:
+		if res != OK {
+			t.Fatalf("waiter: %v", res)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the sleeper was never woken: the release woke only the (awake) heir")
+	}
+	LockRelease(w, aux)
+}

@@ -23,12 +23,15 @@ static void heir_served(uint64_t *w, uint32_t h, Wait *wt) {
     }
 }
 
-/* The wake-up a release owes when the word had sleepers. */
+/* The wake-up a release owes when the word had sleepers: the heir's
+ * threads while there is an heir, else (or when none of them was asleep:
+ * the heir may be between two looks, its futex wait having found the word
+ * changed) one sleeper, so that a release that cleared the sleepers bit
+ * never leaves a sleeper without a wake-up. */
 static void release_wake(uint64_t *w) {
-    if (LOAD(HEIR_OF(w)) != 0)
-        futex_wake_heir(w);
-    else
-        futex_wake_one(w);
+    if (LOAD(HEIR_OF(w)) != 0 && futex_wake_heir(w) > 0)
+        return;
+    futex_wake_one(w);
 }
 
 /* Each returns a result code, or -1 with a Python exception set. */

@@ -240,6 +240,33 @@ def test_ctrl_c_during_a_wait_takes_nothing(seg: fp.Segment, seg_path: str) -> N
     assert seg.state(LOCK) & 0x1FFFFFFF == 3, "the interrupted waiter must not hold the lock"
 
 
+def test_release_with_an_awake_heir_still_wakes_a_sleeper(seg: fp.Segment, seg_path: str) -> None:
+    # The release clears the sleepers bit; when the heir it aims its wake-up
+    # at is not asleep (between two looks), it wakes one sleeper instead of
+    # nobody, or that sleeper would sleep for good.
+    assert seg.lock_acquire(LOCK, 3, 1, 0) == fp.OK
+    q: mp.Queue = CTX.Queue()
+    p = CTX.Process(target=_sleep_forever, args=(seg_path, q))  # slot 8, no timeout
+    p.start()
+    try:
+        assert q.get(timeout=10) == "waiting"
+        deadline = time.monotonic() + 10
+        while not seg.state(LOCK) & BIT_WAITERS:
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+        time.sleep(0.05)  # asleep on the futex by now
+        poke(seg_path, LOCK + 48, struct.pack("<I", 5))  # slot 5 is the heir, and awake
+        assert seg.lock_release(LOCK) == fp.OK
+        time.sleep(0.05)
+        poke(seg_path, LOCK + 48, struct.pack("<I", 0))  # the heir left without its turn
+        assert q.get(timeout=10) == "acquired"
+        p.join(10)
+        assert seg.state(LOCK) & 0x1FFFFFFF == 8
+    finally:
+        if p.is_alive():
+            p.kill()
+
+
 def test_rlock(seg: fp.Segment) -> None:
     for _ in range(3):
         assert seg.rlock_acquire(RLOCK, 2, 10, 0) == fp.OK
