@@ -56,6 +56,6 @@
 // (semaphore.go, deferLatched), and a sweep (sweepFast) frees Lock and
 // RLock words naming no live slot and clears daemon bits nobody set and
 // heir fields naming no live slot.
-// fastwait.go lists the fast-path waiters from the segment's waiter records
-// and clears a session's record and heir reservations when it ends.
+// fastwait.go lists the fast-path waiters from the segment's waiter table
+// and frees a session's entries and heir reservations when it ends.
 package manager

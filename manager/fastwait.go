@@ -9,23 +9,24 @@ import (
 )
 
 // Fast-path waits: clients sleep on the words' futexes for their whole
-// timeout (statemem/waiters.go), counted in their session slot's waiter
-// record. This file gives the segment its waiter table, lists the records
-// for status, and clears a session's record and heir reservations when it
-// ends. Records are data: an offset counts only when it names an object in
-// the daemon's own table, and a count is only compared with 0.
+// timeout (statemem/waiters.go), each holding an entry of the segment's
+// waiter table. This file gives the segment its table, lists the entries
+// for status, and frees a session's entries and heir reservations when it
+// ends. Entries are data: an offset counts only when it names an object in
+// the daemon's own table, a slot only when a live attached session holds
+// it, and a count is only compared with 0.
 
-// waitTableRecords is how many waiter records a segment of capacity slots
-// gets: statemem.WaitRecords, or fewer so that the table takes at most an
-// eighth of a small segment.
-func waitTableRecords(capacity int) uint32 {
-	n := uint32(capacity/8) * statemem.SlotSize / statemem.RecSize
-	return min(n, statemem.WaitRecords)
+// waitTableEntries is how many entries the waiter table of a segment of
+// capacity slots gets: statemem.WaitEntries, or fewer so that the table
+// takes at most an eighth of a small segment.
+func waitTableEntries(capacity int) uint32 {
+	n := uint32(capacity/8) * statemem.SlotSize / statemem.EntrySize
+	return min(n, statemem.WaitEntries)
 }
 
 // allocWaitTable gives seg its waiter table, when it has room for one.
 func allocWaitTable(seg *statemem.Segment) {
-	if n := waitTableRecords(seg.Capacity()); n >= 2 {
+	if n := waitTableEntries(seg.Capacity()); n >= 4 {
 		_ = seg.AllocWaitTable(n) // no room: waits go unrecorded, no waiter becomes an heir
 	}
 }
@@ -62,26 +63,25 @@ func (m *Manager) fastWaits() ([]FastWaiter, map[Object]int) {
 	defer f.mu.Unlock()
 	var out []FastWaiter
 	counts := make(map[Object]int)
-	for slot, s := range f.attached {
-		if s.gone.Load() {
+	for _, e := range f.seg.Waits() {
+		s := f.attached[Slot(e.Slot)] // nil for a slot no attached session holds
+		if s == nil || s.gone.Load() {
 			continue
 		}
-		for _, e := range f.seg.Waiting(uint32(slot)) {
-			obj := f.byOff[e.Off] // nil for anything but a live object's slot
-			if obj == nil {
-				continue
-			}
-			op := "acquire"
-			if obj.Kind() == KindEvent {
-				op = "wait"
-			}
-			t, ok := statemem.SinceTime(e.Since)
-			if !ok {
-				t = time.Now()
-			}
-			out = append(out, FastWaiter{Session: s.ID, Kind: obj.Kind(), Name: obj.Name(), Op: op, Since: t})
-			counts[obj]++
+		obj := f.byOff[e.Off] // nil for anything but a live object's slot
+		if obj == nil {
+			continue
 		}
+		op := "acquire"
+		if obj.Kind() == KindEvent {
+			op = "wait"
+		}
+		t, ok := statemem.SinceTime(e.Since)
+		if !ok {
+			t = time.Now()
+		}
+		out = append(out, FastWaiter{Session: s.ID, Kind: obj.Kind(), Name: obj.Name(), Op: op, Since: t})
+		counts[obj]++
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Since.Before(out[j].Since) })
 	return out, counts
@@ -89,10 +89,10 @@ func (m *Manager) fastWaits() ([]FastWaiter, map[Object]int) {
 
 // endWaits runs when s ends, after its words were released: any heir
 // reservation it held is dropped, and the sleepers of every object its
-// record says it waited on are woken (of every lock-like object when the
-// record was full, so that a wait went unrecorded): a waiter of s may have
-// been woken by a release (which wakes one) and died before taking the
-// lock or passing the wake-up on. Then its record is cleared.
+// entries say it waited on are woken (of every lock-like object while the
+// table counts unrecorded waits, one of which may be s's): a waiter of s
+// may have been woken by a release (which wakes one) and died before
+// taking the lock or passing the wake-up on. Then its entries are freed.
 func (f *fastPath) endWaits(s *Session) {
 	slot := uint32(s.Slot())
 	entries := f.seg.Waiting(slot)
@@ -110,7 +110,7 @@ func (f *fastPath) endWaits(s *Session) {
 		}
 	}
 	f.mu.Unlock()
-	if len(entries) == statemem.RecEntries {
+	if f.seg.Unrecorded() {
 		waited = locks
 	}
 	for _, off := range locks {

@@ -8,7 +8,7 @@ import (
 	"github.com/syncmgr/syncmgr/statemem"
 )
 
-// A fast-path waiter is listed from its waiter record (and counted in its
+// A fast-path waiter is listed from its waiter-table entry (and counted in its
 // object's waiters); when its session ends, its record is cleared, its heir
 // reservation dropped and the object's sleepers woken, and a bogus record
 // offset is ignored.
@@ -32,7 +32,6 @@ func TestFastWaitersListedAndClearedAtSessionEnd(t *testing.T) {
 	done := make(chan statemem.Result, 1)
 	go func() {
 		wt := seg.NewWait(uint32(b.Slot()))
-		wt.Slot = 0 // recorded, but never the heir itself: the test plays the heir below
 		res := statemem.LockAcquireWait(w, aux, uint32(b.Slot()), 2, 30*time.Second, wt)
 		wt.Done(w, res)
 		done <- res
@@ -54,20 +53,31 @@ func TestFastWaitersListedAndClearedAtSessionEnd(t *testing.T) {
 			t.Fatalf("object waiters %d, want 1", o.Waiters)
 		}
 	}
-	// A record entry is data: an offset the daemon does not know is skipped.
-	rec := seg.WaitRecord(uint32(a.Slot()))
-	atomic.StoreUint32(&rec[0].Off, 12345)
-	atomic.StoreUint32(&rec[0].Used, 1)
+	// An entry is data: an offset the daemon does not know is skipped, and
+	// so is a slot no live session holds.
+	tbl := seg.WaitTable()
+	atomic.StoreUint32(&tbl[len(tbl)-1].Off, 12345)
+	atomic.StoreUint32(&tbl[len(tbl)-1].Slot, uint32(a.Slot()))
+	atomic.StoreUint32(&tbl[len(tbl)-2].Off, r.Off)
+	atomic.StoreUint32(&tbl[len(tbl)-2].Slot, 4242)
 	if fw := m.FastWaiting(); len(fw) != 1 {
 		t.Fatalf("bogus entry listed: %+v", fw)
 	}
-	// b's slot is the heir; b's session ends (its process died): the
-	// reservation goes, the record is cleared and the sleepers are woken.
-	atomic.StoreUint32(seg.Heir(r.Off), uint32(b.Slot()))
-	m.CloseSession(b)
-	if atomic.LoadUint32(seg.Heir(r.Off)) != 0 {
+	atomic.StoreUint32(&tbl[len(tbl)-1].Slot, 0)
+	atomic.StoreUint32(&tbl[len(tbl)-2].Slot, 0)
+	// c's slot is the heir; c's session ends (its process died): the
+	// reservation goes.
+	c, err := m.OpenSession(nil, 0, "heir")
+	if err != nil || !m.AttachFastPath(c) {
+		t.Fatal("session c", err)
+	}
+	atomic.StoreUint32(seg.Heir(r.Off), uint32(c.Slot()))
+	m.CloseSession(c)
+	if atomic.LoadUint32(seg.Heir(r.Off)) == uint32(c.Slot()) { // (b's waiter, woken, may be the heir now)
 		t.Fatal("dead session's heir reservation kept")
 	}
+	// b's session ends: its entries are freed and the sleepers woken.
+	m.CloseSession(b)
 	if len(seg.Waiting(uint32(b.Slot()))) != 0 {
 		t.Fatal("dead session's record kept")
 	}

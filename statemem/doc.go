@@ -23,9 +23,10 @@
 // SemAcquire) lets it recount a session killed mid-op.
 //
 // Waits (waiters.go) stay on the futex for their whole timeout; each waiting
-// thread holds an entry of its session slot's waiter record in the segment,
-// which the daemon reads for status and clears when the session ends. Locks
-// and RLocks wake one sleeper per release. Locks, RLocks and Semaphores
+// thread holds an entry of the segment's waiter table (a pool shared by all
+// session slots), which the daemon reads for status and frees when the
+// session ends. Locks and RLocks wake one sleeper per release, and a
+// Semaphore commit that leaves units free wakes one. Locks, RLocks and Semaphores
 // bound unfairness as Go's sync.Mutex does: a waiter that has waited
 // StarveAfter becomes the heir, for whom the next free turn (a Semaphore's
 // last free unit) is reserved.

@@ -61,24 +61,37 @@ func WakeAll(w *uint64) {
 }
 
 // WakeOne wakes one process asleep on the word at w (the kernel wakes them
-// in arrival order): a Lock's release.
-func WakeOne(w *uint64) {
-	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWake, 1, 0, 0, 0)
+// in arrival order): a Lock's release. It returns how many it woke (0 or
+// 1; -1 on an error).
+func WakeOne(w *uint64) int {
+	n, _, errno := unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWake, 1, 0, 0, 0)
+	if errno != 0 {
+		return -1
+	}
+	return int(n)
 }
 
-// wakeBits wakes every sleeper on w whose wait bitset meets bits.
-func wakeBits(w *uint64, bits uint32) {
-	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWakeBitset, uintptr(1<<31-1), 0, 0, uintptr(bits))
+// wakeBits wakes every sleeper on w whose wait bitset meets bits and
+// returns how many it woke (-1 on an error).
+func wakeBits(w *uint64, bits uint32) int {
+	n, _, errno := unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWakeBitset, uintptr(1<<31-1), 0, 0, uintptr(bits))
+	if errno != 0 {
+		return -1
+	}
+	return int(n)
 }
 
 // futexWaitBits is futexWaitWord with a wake bitset and an absolute
-// CLOCK_MONOTONIC deadline (mono, ns; 0: until woken).
-func futexWaitBits(w *uint64, val uint32, mono uint64, bits uint32) {
+// CLOCK_MONOTONIC deadline (mono, ns; 0: until woken). It reports false
+// when the kernel never queued the caller (EAGAIN: the word no longer read
+// val), which therefore took no wake-up.
+func futexWaitBits(w *uint64, val uint32, mono uint64, bits uint32) bool {
 	var tsp unsafe.Pointer
 	var ts unix.Timespec
 	if mono > 0 {
 		ts = unix.NsecToTimespec(int64(mono))
 		tsp = unsafe.Pointer(&ts)
 	}
-	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWaitBitset, uintptr(val), uintptr(tsp), 0, uintptr(bits))
+	_, _, errno := unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWaitBitset, uintptr(val), uintptr(tsp), 0, uintptr(bits))
+	return errno != unix.EAGAIN
 }

@@ -15,7 +15,8 @@ package statemem
 //	16  u32  Capacity (object slots including the header)
 //	20  u32  reserved
 //	24  u32  the waiter table's offset in bytes (0: none; waiters.go)
-//	28  u32  the waiter table's number of records
+//	28  u32  the waiter table's number of entries
+//	32  u32  waits asleep with no entry of the table (it was full)
 //
 // Object slot (64 bytes, one cache line, so that hot words of different
 // objects never share a line):
@@ -41,7 +42,7 @@ package statemem
 // LedgerLen or more take a Semaphore's units through the daemon.
 const (
 	Magic    uint64 = 0x5752474d434e5953 // "SYNCMGRW" read as a little-endian u64
-	Version  uint32 = 1
+	Version  uint32 = 2
 	SlotSize        = 64
 
 	OffState = 0

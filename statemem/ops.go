@@ -82,8 +82,9 @@ func sleepBits(w *uint64, x uint64, deadline time.Time, bits uint32, wt *Wait) b
 		}
 		mono = MonoNow() + uint64(d)
 	}
-	wt.slept = true
-	futexWaitBits(w, uint32(x), mono, bits)
+	if futexWaitBits(w, uint32(x), mono, bits) {
+		wt.slept = true // an EAGAIN took no release's wake-up: nothing to keep or pass on
+	}
 	return true
 }
 
@@ -411,18 +412,26 @@ func latched(x uint64) uint32 { return uint32(x >> LatchShift & MaskLow) }
 const latchSpin = 100
 
 // LatchGrace is how long a client op waits for a latch held by another
-// process before it sends the op to the daemon instead. A live holder lets
-// go within nanoseconds (microseconds when preempted); one that is stopped,
-// or a latch no live session holds (a stray store), is the daemon's to
-// judge: it takes over a latch naming no live session at once, and waits
-// for a live holder only as long as the request's deadline allows.
-const LatchGrace = 2 * time.Millisecond
+// process before it sends the op to the daemon instead; LatchGraceNow is
+// that wait for a non-blocking acquire, which must answer at once. A live
+// holder lets go within nanoseconds when it runs, but where processes
+// outnumber CPUs one preempted inside its op is off the CPU for
+// milliseconds, and an acquire sent to the daemon that finds no unit free
+// queues there and sets BitDaemon, which sends every process's ops to the
+// socket for as long as anyone is queued. A holder that is stopped, or a
+// latch no live session holds (a stray store), is the daemon's to judge: it
+// takes over a latch naming no live session at once, and waits for a live
+// holder only as long as the request's deadline allows.
+const (
+	LatchGrace    = 50 * time.Millisecond
+	LatchGraceNow = 2 * time.Millisecond
+)
 
 // waitLatch waits for the latch seen in x to be let go: a few reads, then a
 // futex sleep of at most a millisecond. It reports false once the op has
-// waited LatchGrace in all since *since (set on the first call): the op
-// then goes to the daemon.
-func waitLatch(w *uint64, x uint64, since *time.Time) bool {
+// waited grace in all since *since (set on the first call): the op then
+// goes to the daemon.
+func waitLatch(w *uint64, x uint64, since *time.Time, grace time.Duration) bool {
 	for i := 0; i < latchSpin; i++ {
 		if atomic.LoadUint64(w) != x {
 			return true
@@ -431,26 +440,49 @@ func waitLatch(w *uint64, x uint64, since *time.Time) bool {
 	now := time.Now()
 	if since.IsZero() {
 		*since = now
-	} else if now.Sub(*since) >= LatchGrace {
+	} else if now.Sub(*since) >= grace {
 		return false
 	}
 	sleep(w, x, now.Add(time.Millisecond))
 	return true
 }
 
+// semWake is the wake-up a commit owes when the word has sleepers and units
+// are free (the C extension's sem_wake): one sleeper (the heir's threads
+// while there is an heir), not all of them, so that hundreds of waiters do
+// not stampede for one unit. BitWaiters stays set while anyone may still
+// sleep, so the next commit that frees a unit wakes the next one; a taker
+// that leaves units free wakes another, and a woken waiter that leaves
+// without a unit passes its wake-up on (Wait.Done). When the wake-up finds
+// nobody asleep the bit is cleared, by CAS on the word just committed: a
+// waiter about to sleep then sees the word change and looks again.
+func semWake(w *uint64, committed uint64) {
+	woke := 0
+	if atomic.LoadUint32(heirOf(w)) != 0 {
+		woke = wakeBits(w, wakeHeir)
+	}
+	if woke <= 0 {
+		woke = WakeOne(w)
+	}
+	if woke == 0 {
+		atomic.CompareAndSwapUint64(w, committed, committed&^BitWaiters)
+	}
+}
+
 // semCommit ends slot's latch, adding delta to the free units; it reports
 // false when the latch is not slot's any more (the daemon took it over: the
-// session ended, and the op is void).
+// session ended, and the op is void). A commit that leaves units free on a
+// word with sleepers wakes one (semWake).
 func semCommit(w *uint64, slot uint32, delta int64) bool {
 	for {
 		x := atomic.LoadUint64(w)
 		if latched(x) != slot {
 			return false
 		}
-		n := x&^(MaskLatch|BitWaiters|MaskLow) | uint64(int64(x&MaskLow)+delta)
+		n := x&^(MaskLatch|MaskLow) | uint64(int64(x&MaskLow)+delta)
 		if atomic.CompareAndSwapUint64(w, x, n) {
-			if x&BitWaiters != 0 {
-				WakeAll(w)
+			if n&BitWaiters != 0 && n&MaskLow > 0 {
+				semWake(w, n)
 			}
 			return true
 		}
@@ -471,10 +503,13 @@ func SemAcquire(w *uint64, e *uint32, slot uint32, timeout time.Duration) Result
 // SemAcquireWait is SemAcquire for one slice of a wait whose state wt
 // carries over (the caller calls wt.Done when the wait is over). The last
 // free unit is kept for a starving waiter's slot (the heir, see
-// waiters.go); a commit wakes every sleeper.
+// waiters.go); a commit that leaves units free wakes one sleeper.
 func SemAcquireWait(w *uint64, e *uint32, slot uint32, timeout time.Duration, wt *Wait) Result {
 	deadline := deadlineOf(timeout)
-	var latchSince time.Time
+	grace := LatchGrace // measured over the whole wait (wt.latchSince), across its slices
+	if timeout == 0 {
+		grace = LatchGraceNow
+	}
 	for {
 		x := atomic.LoadUint64(w)
 		h := atomic.LoadUint32(heirOf(w))
@@ -482,7 +517,7 @@ func SemAcquireWait(w *uint64, e *uint32, slot uint32, timeout time.Duration, wt
 		case x&BitDaemon != 0:
 			return Daemon
 		case latched(x) != 0:
-			if !waitLatch(w, x, &latchSince) {
+			if !waitLatch(w, x, &wt.latchSince, grace) {
 				return Daemon
 			}
 		case x&MaskLow == 1 && h != 0 && h != slot:
@@ -519,7 +554,7 @@ func SemRelease(w *uint64, e *uint32, slot uint32) Result {
 		case x&BitDaemon != 0 || atomic.LoadUint32(e) == 0 || x&MaskLow == MaskLow:
 			return Daemon
 		case latched(x) != 0:
-			if !waitLatch(w, x, &latchSince) {
+			if !waitLatch(w, x, &latchSince, LatchGrace) {
 				return Daemon
 			}
 		case atomic.CompareAndSwapUint64(w, x, x|uint64(slot)<<LatchShift):

@@ -8,13 +8,16 @@ import (
 
 // Waits. A contended acquire (Lock, RLock, Semaphore) or Event wait sleeps
 // on the word's futex for its whole timeout. The daemon learns who waits
-// from the segment's waiter table: one record per session slot, of
-// RecEntries entries, one per thread of the slot asleep in a fast-path
-// wait (the object and since when; a thread that finds them all in use
-// waits unrecorded). `status` lists them; when a session ends the daemon
-// clears its record and wakes the sleepers of every lock word, so a killed
-// waiter (who may have taken a release's one wake-up with it) strands no
-// one.
+// from the segment's waiter table: a pool of entries shared by every
+// session slot, one per thread asleep in a fast-path wait (the object, the
+// session slot, since when). A thread takes any free entry, so a process
+// may have as many waits recorded as the pool has free entries, whatever
+// its slot id; a thread that finds none free waits unrecorded and counts
+// itself in the header's unrecorded count while it waits. `status` lists
+// the entries; when a session ends the daemon frees its entries and wakes
+// the sleepers of every word they name (of every lock word while the
+// unrecorded count is not 0), so a killed waiter (who may have taken a
+// release's one wake-up with it) strands no one.
 //
 // Locks and RLocks are barging locks with bounded unfairness, after Go's
 // sync.Mutex: a free lock goes to whoever takes it first, but a waiter that
@@ -24,8 +27,9 @@ import (
 // sleepers alone (a futex wake bitset); whoever takes the lock after
 // sleeping keeps BitWaiters set, so its own release wakes the next.
 //
-// Everything here is data to the daemon: record offsets are looked up in
-// its own object table, counts are compared with 0 only.
+// Everything here is data to the daemon: entry offsets are looked up in
+// its own object table, entry slots in its own table of sessions, counts
+// are compared with 0 only.
 const (
 	// OffHeir: a Lock's, RLock's or Semaphore's heir, the u32 session slot
 	// a starving waiter reserved the next free turn (or last free unit) for
@@ -33,20 +37,20 @@ const (
 	OffHeir = 48
 
 	// HdrWaiters and HdrWaitersLen: where in the header the waiter
-	// table's offset (bytes, 0 = no table) and its number of records are.
+	// table's offset (bytes, 0 = no table) and its number of entries are.
+	// HdrUnrecorded: the u32 count of waits asleep with no entry (the
+	// table was full when they began).
 	HdrWaiters    = 24
 	HdrWaitersLen = 28
+	HdrUnrecorded = 32
 
-	// RecEntries entries of EntrySize bytes make a slot's record (RecSize
-	// bytes): u32 object offset, u32 in use (0/1), u64 since
-	// (CLOCK_MONOTONIC ns).
-	RecEntries = 4
-	EntrySize  = 16
-	RecSize    = RecEntries * EntrySize
+	// EntrySize is the size of an entry: u32 object offset, u32 session
+	// slot (0 = free), u64 since (CLOCK_MONOTONIC ns).
+	EntrySize = 16
 
-	// WaitRecords is how many session slots (0 included, never used) the
-	// daemon's table has records for; larger slot ids wait unrecorded.
-	WaitRecords = 512
+	// WaitEntries is how many entries the daemon's table has (fewer in a
+	// small segment): 2,048 waits asleep at once, in 512 object slots.
+	WaitEntries = 2048
 
 	// StarveAfter is how long a waiter waits before it becomes the heir
 	// (Go's sync.Mutex: 1 ms).
@@ -62,23 +66,20 @@ const (
 	wakeHeir   = 2
 )
 
-// WaitEntry is one entry of a session slot's waiter record, in shared
-// memory: one thread's wait.
+// WaitEntry is one entry of the waiter table, in shared memory: one
+// thread's wait.
 type WaitEntry struct {
 	Off   uint32 // the object it sleeps on
-	Used  uint32 // 1 while the entry is someone's
+	Slot  uint32 // the waiter's session slot; 0 while the entry is free
 	Since uint64 // CLOCK_MONOTONIC ns at which the wait began
 }
 
-// WaitRecord is one session slot's waiter record.
-type WaitRecord [RecEntries]WaitEntry
-
 // AllocWaitTable gives the segment its waiter table: a run of fresh slots
-// holding n records, named in the header. Call it once, before clients
+// holding n entries, named in the header. Call it once, before clients
 // attach; a segment too small for the table keeps none (waits then go
 // unrecorded and no waiter becomes an heir).
 func (s *Segment) AllocWaitTable(n uint32) error {
-	slots := (n*RecSize + SlotSize - 1) / SlotSize
+	slots := (n*EntrySize + SlotSize - 1) / SlotSize
 	s.mu.Lock()
 	if s.next+slots > s.cap {
 		s.mu.Unlock()
@@ -87,7 +88,7 @@ func (s *Segment) AllocWaitTable(n uint32) error {
 	first := s.next
 	s.next += slots
 	for i := first; i < first+slots; i++ {
-		s.tagLocked(i, KindLedger) // not an object: its tag field stays a record's bytes
+		s.tagLocked(i, KindLedger) // not an object: its tag field stays an entry's bytes
 	}
 	s.mu.Unlock()
 	clear(s.mem[first*SlotSize : (first+slots)*SlotSize])
@@ -96,45 +97,58 @@ func (s *Segment) AllocWaitTable(n uint32) error {
 	return nil
 }
 
-// WaitRecord returns slot's waiter record, or nil (no table, or a slot id
-// past it). The header is read each time and bounds-checked: a client
-// never trusts it further than its mapping.
-func (s *Segment) WaitRecord(slot uint32) *WaitRecord {
+// WaitTable returns the waiter table's entries, or nil (no table). The
+// header is read each time and bounds-checked: a client never trusts it
+// further than its mapping.
+func (s *Segment) WaitTable() []WaitEntry {
 	off := atomic.LoadUint32((*uint32)(unsafe.Pointer(&s.mem[HdrWaiters])))
 	n := atomic.LoadUint32((*uint32)(unsafe.Pointer(&s.mem[HdrWaitersLen])))
-	if off < SlotSize || off%SlotSize != 0 || slot == 0 || slot >= n ||
-		uint64(off)+uint64(n)*RecSize > uint64(len(s.mem)) {
+	if off < SlotSize || off%SlotSize != 0 || n == 0 ||
+		uint64(off)+uint64(n)*EntrySize > uint64(len(s.mem)) {
 		return nil
 	}
-	return (*WaitRecord)(unsafe.Pointer(&s.mem[off+slot*RecSize])) //nolint:gosec // bounds checked above
+	return unsafe.Slice((*WaitEntry)(unsafe.Pointer(&s.mem[off])), n) //nolint:gosec // bounds checked above
 }
 
-// Waiting returns the entries of slot's record in use (copies).
-func (s *Segment) Waiting(slot uint32) []WaitEntry {
-	r := s.WaitRecord(slot)
-	if r == nil {
-		return nil
-	}
+// unrecorded is the header's count of waits asleep without an entry.
+func (s *Segment) unrecorded() *uint32 {
+	return (*uint32)(unsafe.Pointer(&s.mem[HdrUnrecorded]))
+}
+
+// Unrecorded reports whether any wait is (or, for a waiter killed while
+// unrecorded, was) asleep without an entry of the table.
+func (s *Segment) Unrecorded() bool { return atomic.LoadUint32(s.unrecorded()) != 0 }
+
+// Waits returns the entries in use (copies).
+func (s *Segment) Waits() []WaitEntry {
 	var out []WaitEntry
-	for i := range r {
-		e := &r[i]
-		if atomic.LoadUint32(&e.Used) != 0 {
-			out = append(out, WaitEntry{Off: atomic.LoadUint32(&e.Off), Used: 1, Since: atomic.LoadUint64(&e.Since)})
+	for i, tbl := 0, s.WaitTable(); i < len(tbl); i++ {
+		e := &tbl[i]
+		if slot := atomic.LoadUint32(&e.Slot); slot != 0 {
+			out = append(out, WaitEntry{Off: atomic.LoadUint32(&e.Off), Slot: slot, Since: atomic.LoadUint64(&e.Since)})
 		}
 	}
 	return out
 }
 
-// ClearWaiting zeroes slot's record (its session ended).
+// Waiting returns the entries slot's waits hold (copies).
+func (s *Segment) Waiting(slot uint32) []WaitEntry {
+	var out []WaitEntry
+	for _, e := range s.Waits() {
+		if e.Slot == slot {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// ClearWaiting frees slot's entries (its session ended).
 func (s *Segment) ClearWaiting(slot uint32) {
-	r := s.WaitRecord(slot)
-	if r == nil {
+	if slot == 0 {
 		return
 	}
-	for i := range r {
-		atomic.StoreUint32(&r[i].Used, 0)
-		atomic.StoreUint32(&r[i].Off, 0)
-		atomic.StoreUint64(&r[i].Since, 0)
+	for i, tbl := 0, s.WaitTable(); i < len(tbl); i++ {
+		atomic.CompareAndSwapUint32(&tbl[i].Slot, slot, 0)
 	}
 }
 
@@ -150,43 +164,58 @@ func heirOf(w *uint64) *uint32 { return (*uint32)(unsafe.Add(unsafe.Pointer(w), 
 // Its zero value waits unrecorded and never becomes an heir; Done must be
 // called once the wait is over.
 type Wait struct {
-	Slot  uint32      // the waiter's session slot
-	Rec   *WaitRecord // its slot's record (Segment.WaitRecord), or nil
-	seg   *Segment
-	start time.Time
-	entry *WaitEntry // the entry of Rec this wait holds
-	slept bool
-	heir  bool
+	Slot       uint32 // the waiter's session slot
+	seg        *Segment
+	start      time.Time
+	entry      *WaitEntry // the table entry this wait holds
+	unrecorded bool       // counted in the header's unrecorded count instead
+	latchSince time.Time  // when a Semaphore op first waited for another's latch
+	slept      bool
+	heir       bool
 }
 
-// enter takes a free entry of the waiter's record, once.
+// enter takes a free entry of the table for this wait, once, looking from
+// a place that depends on the slot so that processes seldom race for one.
 func (wt *Wait) enter(w *uint64) {
 	if wt.start.IsZero() {
 		wt.start = time.Now()
 	}
-	if wt.entry != nil || wt.Rec == nil || wt.seg == nil {
+	if wt.entry != nil || wt.unrecorded || wt.seg == nil || wt.Slot == 0 {
 		return
 	}
-	for i := range wt.Rec {
-		e := &wt.Rec[i]
-		if atomic.CompareAndSwapUint32(&e.Used, 0, 1) {
+	tbl := wt.seg.WaitTable()
+	if len(tbl) == 0 {
+		return
+	}
+	n := uint32(len(tbl))
+	for i, at := uint32(0), wt.Slot*4%n; i < n; i, at = i+1, (at+1)%n {
+		e := &tbl[at]
+		if atomic.LoadUint32(&e.Slot) == 0 && atomic.CompareAndSwapUint32(&e.Slot, 0, wt.Slot) {
 			atomic.StoreUint32(&e.Off, uint32(uintptr(unsafe.Pointer(w))-uintptr(unsafe.Pointer(&wt.seg.mem[0]))))
 			atomic.StoreUint64(&e.Since, MonoNow())
 			wt.entry = e
 			return
 		}
 	}
+	atomic.AddUint32(wt.seg.unrecorded(), 1)
+	wt.unrecorded = true
 }
 
-// Done ends a wait whose result was r: the waiter leaves its record, gives
-// up the heir's place it took, and, when it slept and leaves without the
-// lock, passes a wake-up on (a release wakes one sleeper, and that may
+// Done ends a wait whose result was r: the waiter leaves its entry (only
+// if it is still its own: the daemon frees an ended session's entries),
+// gives up the heir's place it took, and, when it slept and leaves without
+// the lock, passes a wake-up on (a release wakes one sleeper, and that may
 // have been this one).
 func (wt *Wait) Done(w *uint64, r Result) {
 	if wt.entry != nil {
-		atomic.StoreUint32(&wt.entry.Off, 0)
-		atomic.StoreUint32(&wt.entry.Used, 0)
+		atomic.CompareAndSwapUint32(&wt.entry.Slot, wt.Slot, 0)
 		wt.entry = nil
+	}
+	if wt.unrecorded {
+		u := wt.seg.unrecorded()
+		for v := atomic.LoadUint32(u); v != 0 && !atomic.CompareAndSwapUint32(u, v, v-1); v = atomic.LoadUint32(u) {
+		}
+		wt.unrecorded = false
 	}
 	if wt.heir {
 		atomic.CompareAndSwapUint32(heirOf(w), wt.Slot, 0)
@@ -197,10 +226,10 @@ func (wt *Wait) Done(w *uint64, r Result) {
 	}
 }
 
-// NewWait returns the Wait of slot in s (recorded when the table has room
-// for slot).
+// NewWait returns the Wait of slot in s (recorded while the table has a
+// free entry).
 func (s *Segment) NewWait(slot uint32) *Wait {
-	return &Wait{Slot: slot, Rec: s.WaitRecord(slot), seg: s}
+	return &Wait{Slot: slot, seg: s}
 }
 
 // heirTurn is one contended turn of a Lock's, RLock's or Semaphore's
@@ -251,13 +280,15 @@ func heirServed(w *uint64, h uint32, wt *Wait) {
 	}
 }
 
-// releaseWake is the wake-up a release owes when the word had sleepers.
+// releaseWake is the wake-up a release owes when the word had sleepers:
+// the heir's sleepers while there is an heir, else (or when none of them
+// was asleep: the heir may be between two looks) one sleeper, so that a
+// release that cleared BitWaiters never leaves a sleeper without a wake-up.
 func releaseWake(w *uint64) {
-	if atomic.LoadUint32(heirOf(w)) != 0 {
-		wakeBits(w, wakeHeir)
-	} else {
-		WakeOne(w)
+	if atomic.LoadUint32(heirOf(w)) != 0 && wakeBits(w, wakeHeir) > 0 {
+		return
 	}
+	WakeOne(w)
 }
 
 // DropHeir clears an heir field that names slot (its session ended) and

@@ -19,28 +19,74 @@ func tableSeg(t *testing.T) *Segment {
 
 func TestWaitTableBounds(t *testing.T) {
 	s := tableSeg(t)
-	if s.WaitRecord(0) != nil || s.WaitRecord(8) != nil || s.WaitRecord(1<<20) != nil {
-		t.Fatal("records outside the table")
-	}
-	if s.WaitRecord(1) == nil || s.WaitRecord(7) == nil {
-		t.Fatal("no record for a slot in the table")
+	if len(s.WaitTable()) != 8 {
+		t.Fatalf("table of %d entries, want 8", len(s.WaitTable()))
 	}
 	// The header is data: a table that would run past the mapping is none.
 	hdr := (*uint32)(unsafe.Pointer(&s.mem[HdrWaitersLen]))
 	atomic.StoreUint32(hdr, 1<<30)
-	if s.WaitRecord(7) != nil {
+	if s.WaitTable() != nil {
 		t.Fatal("trusted a table length past the segment")
 	}
 	atomic.StoreUint32(hdr, 8)
 	atomic.StoreUint32((*uint32)(unsafe.Pointer(&s.mem[HdrWaiters])), 65)
-	if s.WaitRecord(7) != nil {
+	if s.WaitTable() != nil {
 		t.Fatal("trusted a misaligned table offset")
 	}
 	// A segment with no room keeps no table, and waits go unrecorded.
 	small := newSeg(t, 4)
-	if err := small.AllocWaitTable(512); err != ErrFull || small.WaitRecord(1) != nil {
+	if err := small.AllocWaitTable(512); err != ErrFull || small.WaitTable() != nil {
 		t.Fatalf("small segment: %v", err)
 	}
+}
+
+// Waits of any number of threads of one slot take entries of the shared
+// table (none is kept to a few per slot); past the table's last free
+// entry a wait goes unrecorded and is counted in the header until it ends.
+func TestWaitTableIsSharedAndCountsOverflow(t *testing.T) {
+	s := tableSeg(t) // 8 entries
+	const n = 10
+	var offs [n]uint32
+	var waits [n]*Wait
+	for i := range n {
+		r, _ := s.Alloc(KindLock, 0, 0)
+		offs[i] = r.Off
+		w := s.State(r.Off)
+		waits[i] = s.NewWait(3)
+		waits[i].enter(w)
+	}
+	if got := len(s.Waiting(3)); got != 8 {
+		t.Fatalf("slot 3 holds %d entries, want all 8", got)
+	}
+	if !s.Unrecorded() || atomic.LoadUint32(s.unrecorded()) != 2 {
+		t.Fatalf("unrecorded count %d, want 2", atomic.LoadUint32(s.unrecorded()))
+	}
+	recorded := map[uint32]bool{}
+	for _, e := range s.Waiting(3) {
+		recorded[e.Off] = e.Since != 0
+	}
+	for i := range 8 { // the first eight waits got the entries
+		if !recorded[offs[i]] {
+			t.Fatalf("wait %d (offset %d) not recorded: %+v", i, offs[i], s.Waiting(3))
+		}
+	}
+	for i := range n {
+		waits[i].Done(s.State(offs[i]), OK)
+	}
+	if len(s.Waits()) != 0 || s.Unrecorded() {
+		t.Fatalf("after the waits: %d entries, unrecorded %d", len(s.Waits()), atomic.LoadUint32(s.unrecorded()))
+	}
+	// The daemon frees an ended session's entries; the waiter's own late
+	// Done leaves an entry someone else took since alone.
+	wa, wb := s.NewWait(4), s.NewWait(5)
+	wa.enter(s.State(offs[0]))
+	s.ClearWaiting(4)
+	wb.enter(s.State(offs[1]))
+	wa.Done(s.State(offs[0]), OK)
+	if e := s.Waits(); len(e) != 1 || e[0].Slot != 5 || e[0].Off != offs[1] {
+		t.Fatalf("entries %+v, want slot 5's alone", e)
+	}
+	wb.Done(s.State(offs[1]), OK)
 }
 
 // A waiter holds an entry of its slot's record while it sleeps and frees it
@@ -244,4 +290,47 @@ func TestSemaphoreHeirKeepsTheLastUnit(t *testing.T) {
 	if res := SemAcquire(w, e1, 1, 0); res != Busy {
 		t.Fatalf("the last unit went past the heir: %v", res)
 	}
+}
+
+// A release while the heir is not asleep (between two looks, or its futex
+// wait found the word changed) still wakes a sleeper: the release cleared
+// BitWaiters, so a wake-up aimed at the heir alone would leave the other
+// sleepers asleep for good.
+func TestReleaseWithAnAwakeHeirWakesASleeper(t *testing.T) {
+	s := tableSeg(t)
+	r, _ := s.Alloc(KindLock, 0, 0)
+	w, aux, heir := s.State(r.Off), s.Aux(r.Off), s.Heir(r.Off)
+	if LockAcquire(w, aux, 1, 1, 0) != OK {
+		t.Fatal("take")
+	}
+	done := make(chan Result, 1)
+	go func() {
+		wt := s.NewWait(2)
+		res := LockAcquireWait(w, aux, 2, 2, Forever, wt)
+		wt.Done(w, res)
+		done <- res
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(s.Waiting(2)) == 0 || atomic.LoadUint64(w)&BitWaiters == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter never went to sleep")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond) // asleep on the futex by now
+	atomic.StoreUint32(heir, 3)       // slot 3 is the heir, and not asleep
+	if LockRelease(w, aux) != OK {
+		t.Fatal("release")
+	}
+	time.Sleep(20 * time.Millisecond)
+	atomic.StoreUint32(heir, 0) // the heir left without taking its turn
+	select {
+	case res := <-done:
+		if res != OK {
+			t.Fatalf("waiter: %v", res)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the sleeper was never woken: the release woke only the (awake) heir")
+	}
+	LockRelease(w, aux)
 }

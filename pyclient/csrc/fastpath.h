@@ -48,7 +48,7 @@
 
 /* Layout: keep in step with statemem/layout.go. */
 #define MAGIC 0x5752474d434e5953ULL /* "SYNCMGRW" */
-#define VERSION 1u
+#define VERSION 2u
 #define SLOT_SIZE 64u
 #define OFF_AUX 8u
 #define OFF_TAG 16u
@@ -68,17 +68,19 @@
 #define OFF_LEDGER 40u
 #define OFF_LEDGER_LEN 44u
 #define LATCH_SPIN 100
+/* A contended acquire's reads of the word before its first sleep (spin_until). */
+#define SPIN_READS 100
 
 /* Waits (fp_wait.c). The header's bytes 24 and 28: the waiter table's
- * offset and its number of records, one per session slot (0: no table).
- * A record is REC_ENTRIES entries of ENTRY_SIZE bytes, one per thread of
- * the slot asleep in a wait: u32 object offset, u32 in use (0/1), u64 since
+ * offset and its number of entries (0: no table), a pool shared by every
+ * session slot; byte 32: the count of waits asleep with no entry (the
+ * table was full). An entry is ENTRY_SIZE bytes, one per thread asleep in a
+ * wait: u32 object offset, u32 session slot (0: free), u64 since
  * (CLOCK_MONOTONIC ns). */
 #define HDR_WAITERS 24u
 #define HDR_WAITERS_LEN 28u
-#define REC_ENTRIES 4u
+#define HDR_UNRECORDED 32u
 #define ENTRY_SIZE 16u
-#define REC_SIZE (REC_ENTRIES * ENTRY_SIZE)
 /* A Lock's, RLock's or Semaphore's heir (u32 at slot offset 48): the
  * session slot a starving waiter reserved the next free turn (or unit) for
  * (0: none). */
@@ -116,7 +118,8 @@ typedef struct {
     int forever;
     double deadline;
     uint64_t slot;  /* the waiter's session slot; 0: no record, never the heir */
-    uint32_t *rec;  /* our entry in the slot's waiter record, while we hold it */
+    uint32_t *rec;  /* our entry of the waiter table, while we hold it */
+    uint32_t *unrec; /* the header's unrecorded count, while it counts us */
     int slept;      /* slept on the word at least once */
     int heir;       /* this wait made its slot the heir */
     double start;   /* when the first contended turn began */
@@ -141,12 +144,13 @@ void *map_daemon_memory(int fd, Py_ssize_t size, const char *what);
 void futex_wake_all(uint64_t *w);
 long futex_wake_one(uint64_t *w);
 long futex_wake_heir(uint64_t *w);
-uint32_t *waiter_record(Segment *s, uint64_t slot);
+uint32_t *waiter_table(Segment *s, uint32_t *n);
 void wait_done(uint64_t *w, Wait *wt, int r);
 int sleep_on_bits(Segment *s, uint64_t *w, uint64_t x, Wait *wt, uint32_t bits);
 void stamp_since(uint64_t *w);
 double now_monotonic(void);
 int sleep_on(Segment *s, uint64_t *w, uint64_t x, Wait *wt);
+int spin_until(uint64_t *w, uint64_t x, uint64_t mask);
 int wait_turn(Segment *s, uint64_t *w, uint64_t x, double timeout, Wait *wt);
 int heir_turn(Segment *s, uint64_t *w, uint64_t x, double timeout, Wait *wt, int reserved);
 int turn_result(int r);

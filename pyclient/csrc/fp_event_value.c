@@ -56,7 +56,7 @@ static int event_wait_in(Segment *s, uint64_t *w, uint64_t gen, double timeout, 
     }
 }
 
-/* slot 0: no waiter record. A set wakes every sleeper (one FUTEX_WAKE), so
+/* slot 0: no waiter-table entry. A set wakes every sleeper (one FUTEX_WAKE), so
  * a waiter leaving passes no wake-up on. */
 static PyObject *event_wait_core(Segment *s, uint64_t *w, uint64_t gen, double timeout, uint64_t slot) {
     Wait wt = {.slot = slot};
@@ -92,7 +92,7 @@ PyObject *seg_event_gen(Segment *s, PyObject *const *args, Py_ssize_t nargs) {
 
 /* event_wait_since(off, gen, timeout[, slot]) -> bool: as event_wait,
  * counting any set after generation gen (read earlier from the state word);
- * with slot, the wait is counted in the slot's waiter record */
+ * with slot, the wait holds an entry of the waiter table */
 PyObject *seg_event_wait_since(Segment *s, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 3 && nargs != 4) {
         PyErr_SetString(PyExc_TypeError, "event_wait_since() takes 3 or 4 arguments");

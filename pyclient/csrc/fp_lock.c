@@ -23,18 +23,22 @@ static void heir_served(uint64_t *w, uint32_t h, Wait *wt) {
     }
 }
 
-/* The wake-up a release owes when the word had sleepers. */
+/* The wake-up a release owes when the word had sleepers: the heir's
+ * threads while there is an heir, else (or when none of them was asleep:
+ * the heir may be between two looks, its futex wait having found the word
+ * changed) one sleeper, so that a release that cleared the sleepers bit
+ * never leaves a sleeper without a wake-up. */
 static void release_wake(uint64_t *w) {
-    if (LOAD(HEIR_OF(w)) != 0)
-        futex_wake_heir(w);
-    else
-        futex_wake_one(w);
+    if (LOAD(HEIR_OF(w)) != 0 && futex_wake_heir(w) > 0)
+        return;
+    futex_wake_one(w);
 }
 
 /* Each returns a result code, or -1 with a Python exception set. */
 
 static int lock_acquire_in(Segment *s, uint64_t *w, uint64_t slot, uint64_t tid, double timeout, Wait *wt) {
     uint64_t *aux = w + 1;
+    int spun = 0;
     for (;;) {
         uint64_t x = LOAD(w);
         if (x & BIT_DAEMON)
@@ -50,6 +54,11 @@ static int lock_acquire_in(Segment *s, uint64_t *w, uint64_t slot, uint64_t tid,
                 }
                 continue;
             }
+        }
+        if ((x & MASK_LOW) != 0 && timeout != 0 && !spun && !wt->slept) {
+            spun = 1;
+            if (spin_until(w, x, MASK_LOW | BIT_DAEMON))
+                continue;
         }
         int r = heir_turn(s, w, x, timeout, wt, (x & MASK_LOW) == 0);
         if (r != 1)
@@ -87,6 +96,7 @@ int lock_release_core(uint64_t *w) {
 
 static int rlock_acquire_in(Segment *s, uint64_t *w, uint64_t slot, uint64_t tid, double timeout, Wait *wt) {
     uint64_t *aux = w + 1;
+    int spun = 0;
     for (;;) {
         uint64_t x = LOAD(w);
         uint64_t owner = x & MASK_LOW;
@@ -110,6 +120,11 @@ static int rlock_acquire_in(Segment *s, uint64_t *w, uint64_t slot, uint64_t tid
                 }
                 continue;
             }
+        }
+        if (owner != 0 && timeout != 0 && !spun && !wt->slept) {
+            spun = 1;
+            if (spin_until(w, x, MASK_LOW | BIT_DAEMON))
+                continue;
         }
         int r = heir_turn(s, w, x, timeout, wt, owner == 0);
         if (r != 1)

@@ -180,7 +180,7 @@ static PyTypeObject SegmentType = {
  * methods acquire and release for one Lock (kind 0), RLock (1) or Semaphore
  * (2) proxy. The common calls (acquire() with no arguments, release()) run
  * here with no Python frame; acquire() sleeps on the futex for as long as
- * it waits, counted in the slot's waiter record (status shows it).
+ * it waits, holding an entry of the waiter table (status shows it).
  * Anything else (arguments, a DAEMON answer, an error, a detached segment)
  * goes to slow_acquire(*args, **kw) or slow_release(), the Python methods
  * that handle every case.

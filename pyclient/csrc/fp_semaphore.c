@@ -22,17 +22,32 @@ static uint32_t *ledger_entry(Segment *s, uint64_t *w, uint64_t slot) {
 static uint64_t latched(uint64_t x) { return (x >> LATCH_SHIFT) & MASK_LOW; }
 
 /* How long an op waits for a latch another process holds before it sends
- * the op to the daemon (statemem.LatchGrace): a live holder lets go within
- * microseconds; a stopped one, or a latch no live session holds, is the
- * daemon's to judge, which honours the op's deadline. */
-#define LATCH_GRACE 0.002
+ * the op to the daemon (statemem.LatchGrace, LatchGraceNow): a live holder
+ * lets go within microseconds when it runs, but on a host with many more
+ * processes than CPUs a holder preempted inside its op is off the CPU for
+ * milliseconds, and an op sent to the daemon that finds no unit free queues
+ * there and sets the daemon bit, which sends every op of every process to
+ * the socket for as long as anyone is queued (32 processes on one
+ * Semaphore(1) on 2 cores: 1,000x slower). So a blocking op waits 50 ms;
+ * a non-blocking acquire, which must answer at once, 2 ms (a timed one the
+ * smaller of 50 ms and its timeout, at least 2 ms). A stopped holder, or a
+ * latch no live session holds, is the daemon's to judge, which honours the
+ * op's deadline. */
+#define LATCH_GRACE 0.05
+#define LATCH_GRACE_NOW 0.002
+
+static double latch_grace(double timeout) {
+    if (timeout < 0)
+        return LATCH_GRACE;
+    return timeout < LATCH_GRACE_NOW ? LATCH_GRACE_NOW : timeout < LATCH_GRACE ? timeout : LATCH_GRACE;
+}
 
 /* Waits for the latch seen in x to be let go: a few reads, then a futex
  * sleep of at most a millisecond. *since is when this op first slept on a
  * latch (0: not yet). Returns 1 to look again, 2 once the op has waited
- * LATCH_GRACE (or the segment was detached): send it to the daemon; -1 with
- * a Python exception set. */
-static int latch_wait(Segment *s, uint64_t *w, uint64_t x, double *since) {
+ * grace (or the segment was detached): send it to the daemon; -1 with a
+ * Python exception set. */
+static int latch_wait(Segment *s, uint64_t *w, uint64_t x, double *since, double grace) {
     for (int i = 0; i < LATCH_SPIN; i++) {
         if (LOAD(w) != x)
             return 1;
@@ -40,7 +55,7 @@ static int latch_wait(Segment *s, uint64_t *w, uint64_t x, double *since) {
     double now = now_monotonic();
     if (*since == 0)
         *since = now;
-    else if (now - *since >= LATCH_GRACE)
+    else if (now - *since >= grace)
         return 2;
     Wait wt = {.started = 1, .deadline = now + 0.001};
     int r = sleep_on(s, w, x, &wt);
@@ -88,13 +103,14 @@ static int sem_commit(uint64_t *w, uint64_t slot, int64_t delta) {
  * lock's, so that the handle's acquire loop serves all three. */
 static int sem_acquire_in(Segment *s, uint64_t *w, uint64_t slot, uint32_t *e, double timeout, Wait *wt) {
     double latch_since = 0;
+    int spun = 0;
     for (;;) {
         uint64_t x = LOAD(w);
         if (x & BIT_DAEMON)
             return RES_DAEMON;
         int r;
         if (latched(x)) {
-            r = latch_wait(s, w, x, &latch_since);
+            r = latch_wait(s, w, x, &latch_since, latch_grace(timeout));
         } else if (x & MASK_LOW) {
             /* The last free unit is kept for a starving waiter's slot (the heir). */
             uint32_t h = LOAD(HEIR_OF(w));
@@ -114,6 +130,12 @@ static int sem_acquire_in(Segment *s, uint64_t *w, uint64_t slot, uint32_t *e, d
                 continue;
             }
         } else {
+            /* No unit free: spin a little first (units, latch or daemon bit changing). */
+            if (timeout != 0 && !spun && !wt->slept) {
+                spun = 1;
+                if (spin_until(w, x, MASK_LOW | MASK_LATCH | BIT_DAEMON))
+                    continue;
+            }
             r = heir_turn(s, w, x, timeout, wt, 0);
         }
         if (r != 1)
@@ -126,7 +148,7 @@ int sem_acquire_core(Segment *s, uint64_t *w, uint64_t slot, uint64_t tid, doubl
     uint32_t *e = ledger_entry(s, w, slot);
     if (e == NULL)
         return RES_DAEMON;
-    Wait wt = {.slot = slot}; /* counted in the slot's waiter record while it waits */
+    Wait wt = {.slot = slot}; /* holds a waiter-table entry while it waits */
     int r = sem_acquire_in(s, w, slot, e, timeout, &wt);
     wait_done(w, &wt, r);
     return r;
@@ -144,7 +166,7 @@ int sem_release_core(Segment *s, uint64_t *w, uint64_t slot) {
         if ((x & BIT_DAEMON) || LOAD(e) == 0 || (x & MASK_LOW) == MASK_LOW)
             return RES_DAEMON;
         if (latched(x)) {
-            int r = latch_wait(s, w, x, &latch_since);
+            int r = latch_wait(s, w, x, &latch_since, LATCH_GRACE);
             if (r != 1)
                 return r < 0 ? -1 : RES_DAEMON;
             continue;

@@ -27,56 +27,72 @@ static uint64_t coarse_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
-/* --- waiter records ------------------------------------------------------- */
+/* --- the waiter table ----------------------------------------------------- */
 
 /*
- * The segment's waiter table has one record per session slot (for the
- * slots below its length), of REC_ENTRIES entries: one per thread of the
- * slot asleep in a wait, naming the object and since when (a thread that
- * finds every entry in use waits unrecorded). `syncmgr status` lists them;
- * when a session ends the daemon clears its record and wakes the sleepers
- * of every lock word, so that a killed waiter who had been woken (and so
- * took a release's one wake-up with it) strands no one. Shared by every
- * family that sleeps on a word (and by the Queue's waits later).
+ * The segment's waiter table is a pool of entries shared by every session
+ * slot: one per thread asleep in a wait, naming the object, the slot and
+ * since when. A thread takes any free entry (so a process may have as many
+ * waits recorded as there are free entries); one that finds none waits
+ * unrecorded and counts itself in the header's unrecorded count while it
+ * waits. `syncmgr status` lists the entries; when a session ends the daemon
+ * frees its entries and wakes the sleepers of every word they name (of
+ * every lock word while the unrecorded count is not 0), so that a killed
+ * waiter who had been woken (and so took a release's one wake-up with it)
+ * strands no one. Shared by every family that sleeps on a word.
  */
-uint32_t *waiter_record(Segment *s, uint64_t slot) {
+uint32_t *waiter_table(Segment *s, uint32_t *n) {
     uint32_t off = LOAD((uint32_t *)(s->base + HDR_WAITERS));
-    uint32_t n = LOAD((uint32_t *)(s->base + HDR_WAITERS_LEN));
-    if (off < SLOT_SIZE || off % SLOT_SIZE != 0 || slot == 0 || slot >= n ||
-        (uint64_t)off + (uint64_t)n * REC_SIZE > s->size)
+    *n = LOAD((uint32_t *)(s->base + HDR_WAITERS_LEN));
+    if (off < SLOT_SIZE || off % SLOT_SIZE != 0 || *n == 0 ||
+        (uint64_t)off + (uint64_t)*n * ENTRY_SIZE > s->size)
         return NULL;
-    return (uint32_t *)(s->base + off + slot * REC_SIZE);
+    return (uint32_t *)(s->base + off);
 }
 
-/* Takes a free entry of the slot's record for this wait (once per wait). */
+/* Takes a free entry of the table for this wait (once per wait), looking
+ * from a place that depends on the slot, so that processes seldom race for
+ * one entry; with none free, counts the wait as unrecorded. */
 static void wait_enter(Segment *s, uint64_t *w, Wait *wt) {
-    if (wt->slot == 0 || wt->rec != NULL)
+    if (wt->slot == 0 || wt->rec != NULL || wt->unrec != NULL)
         return;
-    uint32_t *r = waiter_record(s, wt->slot);
-    if (r == NULL)
+    uint32_t n;
+    uint32_t *t = waiter_table(s, &n);
+    if (t == NULL)
         return;
-    for (unsigned i = 0; i < REC_ENTRIES; i++) {
-        uint32_t *e = r + i * (ENTRY_SIZE / 4), free = 0;
-        if (CAS(e + 1, &free, 1)) {
+    uint32_t at = (uint32_t)((wt->slot * 4) % n);
+    for (uint32_t i = 0; i < n; i++, at = at + 1 == n ? 0 : at + 1) {
+        uint32_t *e = t + at * (ENTRY_SIZE / 4), free = 0;
+        if (LOAD(e + 1) == 0 && CAS(e + 1, &free, (uint32_t)wt->slot)) {
             STORE(e, (uint32_t)((unsigned char *)w - s->base));
             STORE((uint64_t *)(e + 2), coarse_ns());
             wt->rec = e;
             return;
         }
     }
+    wt->unrec = (uint32_t *)(s->base + HDR_UNRECORDED);
+    __atomic_add_fetch(wt->unrec, 1, __ATOMIC_SEQ_CST);
 }
 
 /*
- * wait_done ends a wait whose result is r: the waiter leaves its record,
- * gives up the heir's place it took, and, when it slept and leaves without
- * the lock (a timeout, a signal, the daemon's answer), passes a wake-up on:
- * a release wakes one sleeper, and the one it woke may be this one.
+ * wait_done ends a wait whose result is r: the waiter leaves its entry
+ * (only while it is still its own: the daemon frees an ended session's
+ * entries), gives up the heir's place it took, and, when it slept and
+ * leaves without the lock (a timeout, a signal, the daemon's answer),
+ * passes a wake-up on: a release wakes one sleeper, and the one it woke
+ * may be this one.
  */
 void wait_done(uint64_t *w, Wait *wt, int r) {
     if (wt->rec != NULL) {
-        STORE(wt->rec, 0);
-        STORE(wt->rec + 1, 0);
+        uint32_t me = (uint32_t)wt->slot;
+        CAS(wt->rec + 1, &me, 0);
         wt->rec = NULL;
+    }
+    if (wt->unrec != NULL) {
+        uint32_t v = LOAD(wt->unrec);
+        while (v != 0 && !CAS(wt->unrec, &v, v - 1)) {
+        }
+        wt->unrec = NULL;
     }
     if (wt->heir) {
         uint32_t me = (uint32_t)wt->slot;
@@ -85,6 +101,38 @@ void wait_done(uint64_t *w, Wait *wt, int r) {
     }
     if (wt->slept && r != RES_OK)
         futex_wake_one(w);
+}
+
+/*
+ * spin_until is the short spin of a contended acquire before its first
+ * sleep: it reads the word up to SPIN_READS times, with a pause between
+ * reads, and returns 1 as soon as the bits of mask differ from x's (the
+ * lock was let go, a unit freed...): look again; 0: sleep. A lock is held,
+ * and a latch kept, for a few hundred nanoseconds, while a futex sleep and
+ * the wake-up it needs cost microseconds, and a waiter that sleeps sets the
+ * sleepers bit, which costs its taker's release a wake-up too. On one CPU
+ * the holder cannot run while we spin, so there we never do.
+ */
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+int spin_until(uint64_t *w, uint64_t x, uint64_t mask) {
+    static int cpus = 0; /* a benign race: every thread computes the same */
+    if (cpus == 0)
+        cpus = sysconf(_SC_NPROCESSORS_ONLN) > 1 ? 2 : 1;
+    if (cpus < 2)
+        return 0;
+    for (int i = 0; i < SPIN_READS; i++) {
+        cpu_relax();
+        if ((LOAD(w) & mask) != (x & mask))
+            return 1;
+    }
+    return 0;
 }
 
 /* The since field: when the owner took the lock, CLOCK_MONOTONIC ns (the
@@ -139,13 +187,18 @@ int sleep_on_bits(Segment *s, uint64_t *w, uint64_t x, Wait *wt, uint32_t bits) 
             ts.tv_nsec = 999999999L;
         tsp = &ts;
     }
-    wt->slept = 1;
     long rc;
     int err;
     Py_BEGIN_ALLOW_THREADS
     rc = syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT_BITSET, (uint32_t)x, tsp, NULL, bits);
     err = errno;
     Py_END_ALLOW_THREADS
+    /* EAGAIN: the word changed before the kernel queued us, so we never
+     * slept and took no release's wake-up: nothing to keep (the sleepers
+     * bit on taking the lock) or to pass on (wait_done). On a hot lock that
+     * is most futex waits, and each would have cost a wake of nobody. */
+    if (rc == 0 || err != EAGAIN)
+        wt->slept = 1;
     if (rc == -1 && err == EINTR && PyErr_CheckSignals() < 0)
         return -1;
     return LOAD(&s->detached) ? 2 : 1;

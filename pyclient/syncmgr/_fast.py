@@ -73,8 +73,8 @@ _VALUE_CLASS = {
 _get_ident = threading.get_ident
 
 # A contended Lock, RLock or Semaphore acquire, and an Event wait, sleep on
-# the word's futex for their whole timeout, counted in the session slot's
-# waiter record in the segment (so `syncmgr status` shows them); a waiter
+# the word's futex for their whole timeout, each holding an entry of the
+# segment's waiter table (so `syncmgr status` shows them); a waiter
 # that has waited 1 ms becomes the heir a release hands the lock to
 # (docs/protocol.md, "Waits").
 

@@ -23,6 +23,7 @@ import pytest
 fp = pytest.importorskip("syncmgr._fastpath")
 
 MAGIC = 0x5752474D434E5953
+VERSION = 2  # statemem.Version
 SLOTS = 16
 SIZE = SLOTS * 64
 RING_MAGIC = 0x5152474D434E5953  # "SYNCMGRQ"
@@ -41,7 +42,7 @@ def make_segment() -> int:
     inherits N), which reopens the same memory."""
     fd = os.memfd_create("test-seg", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     os.fchmod(fd, 0o600)
-    os.pwrite(fd, struct.pack("<QIII", MAGIC, 1, 64, SLOTS).ljust(SIZE, b"\0"), 0)
+    os.pwrite(fd, struct.pack("<QIII", MAGIC, VERSION, 64, SLOTS).ljust(SIZE, b"\0"), 0)
     fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
     os.pwrite(fd, struct.pack("<II", LEDGER, LEDGER_LEN), SEM + 40)
     return fd
@@ -87,14 +88,14 @@ def test_refuses_unsealed_files() -> None:
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "seg")
         with open(path, "wb") as f:
-            f.write(struct.pack("<QIII", MAGIC, 1, 64, SLOTS).ljust(SIZE, b"\0"))
+            f.write(struct.pack("<QIII", MAGIC, VERSION, 64, SLOTS).ljust(SIZE, b"\0"))
         os.chmod(path, 0o600)
         with pytest.raises(PermissionError, match="sealed"):
             open_segment(path)
     fd = os.memfd_create("unsealed", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
         os.fchmod(fd, 0o600)
-        os.pwrite(fd, struct.pack("<QIII", MAGIC, 1, 64, SLOTS).ljust(SIZE, b"\0"), 0)
+        os.pwrite(fd, struct.pack("<QIII", MAGIC, VERSION, 64, SLOTS).ljust(SIZE, b"\0"), 0)
         fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)  # shrink only: it could still grow
         with pytest.raises(PermissionError, match="sealed"):
             fp.Segment(fd, SIZE)
@@ -237,6 +238,33 @@ def test_ctrl_c_during_a_wait_takes_nothing(seg: fp.Segment, seg_path: str) -> N
     assert q.get(timeout=10) == ("interrupted", 3)
     p.join(10)
     assert seg.state(LOCK) & 0x1FFFFFFF == 3, "the interrupted waiter must not hold the lock"
+
+
+def test_release_with_an_awake_heir_still_wakes_a_sleeper(seg: fp.Segment, seg_path: str) -> None:
+    # The release clears the sleepers bit; when the heir it aims its wake-up
+    # at is not asleep (between two looks), it wakes one sleeper instead of
+    # nobody, or that sleeper would sleep for good.
+    assert seg.lock_acquire(LOCK, 3, 1, 0) == fp.OK
+    q: mp.Queue = CTX.Queue()
+    p = CTX.Process(target=_sleep_forever, args=(seg_path, q))  # slot 8, no timeout
+    p.start()
+    try:
+        assert q.get(timeout=10) == "waiting"
+        deadline = time.monotonic() + 10
+        while not seg.state(LOCK) & BIT_WAITERS:
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+        time.sleep(0.05)  # asleep on the futex by now
+        poke(seg_path, LOCK + 48, struct.pack("<I", 5))  # slot 5 is the heir, and awake
+        assert seg.lock_release(LOCK) == fp.OK
+        time.sleep(0.05)
+        poke(seg_path, LOCK + 48, struct.pack("<I", 0))  # the heir left without its turn
+        assert q.get(timeout=10) == "acquired"
+        p.join(10)
+        assert seg.state(LOCK) & 0x1FFFFFFF == 8
+    finally:
+        if p.is_alive():
+            p.kill()
 
 
 def test_rlock(seg: fp.Segment) -> None:
