@@ -27,7 +27,7 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
-test-go: build lint
+test-go: build lint venv
 	$(GO) test -race -count=1 ./...
 
 # Each fuzz target runs a bounded number of inputs (a count, not a duration:

@@ -197,9 +197,11 @@ func TestLimitParkedRequests(t *testing.T) {
 
 // TestLimitQueueBytes: a queue with maxsize=10 once held 609 MB, in the
 // items of waiting putters. Those count against --max-object-bytes too:
-// a put over it is refused at once and adds nothing.
+// a put over it is refused at once and adds nothing. This is the exact
+// count for a queue whose items the daemon keeps (no ring: --fastpath-dir
+// none); TestLimitQueueBytesRing is the same with a ring.
 func TestLimitQueueBytes(t *testing.T) {
-	d := startDaemon(t, "--max-object-bytes", "64000000")
+	d := startDaemon(t, "--max-object-bytes", "64000000", "--fastpath-dir", "none")
 	c := d.dial(t)
 	call(t, c, wire.OpCreate, obj(wire.KindQueue, "q", wire.ArgMaxSize, int64(10)))
 	item := bytes.Repeat([]byte{1}, 1<<20)
@@ -243,6 +245,71 @@ func TestLimitQueueBytes(t *testing.T) {
 		t.Fatalf("get after the drain: %v, want empty", err)
 	}
 	d.checkPeak(t, "queue putters", 300<<20)
+}
+
+// TestLimitQueueBytesRing: the same flood on a queue with a ring. The ring
+// counts its bytes as it holds them (with the span a wrapped ring skips),
+// so the admitted putters are at most the daemon-kept queue's, not exactly
+// as many: every put past the limit is refused at once, the queue keeps
+// its maxsize, every admitted putter's item arrives, and the peak stays
+// bounded.
+func TestLimitQueueBytesRing(t *testing.T) {
+	d := startDaemon(t, "--max-object-bytes", "64000000")
+	c := d.dial(t)
+	call(t, c, wire.OpCreate, obj(wire.KindQueue, "q", wire.ArgMaxSize, int64(10)))
+	item := bytes.Repeat([]byte{1}, 1<<20)
+	for i := 0; i < 10; i++ {
+		call(t, c, wire.OpPut, obj(wire.KindQueue, "q", wire.ArgItem, item))
+	}
+	r := d.raw(t)
+	const putters = 600
+	go func() {
+		for i := 1; i <= putters; i++ {
+			f, _ := wire.EncodeRequest(uint64(i), wire.OpPut, obj(wire.KindQueue, "q", wire.ArgItem, item, wire.ArgTimeout, 30.0))
+			_ = r.nc.SetWriteDeadline(time.Now().Add(bound))
+			if _, err := r.nc.Write(f); err != nil {
+				return
+			}
+		}
+	}()
+	fit := 64_000_000/(1<<20+manager.ItemOverhead) - 10
+	refused := 0
+	for i := 0; i < putters-fit; i++ { // at least these are refused at once
+		if rep := r.recv(); rep.Err == nil || rep.Err.Code != wire.CodeLimit {
+			t.Fatalf("reply %d: %+v, want limit", rep.ID, rep.Err)
+		}
+		refused++
+	}
+	if n := lenOf(t, d, wire.KindQueue, "q"); n != 10 {
+		t.Fatalf("queue has %d items, want 10", n)
+	}
+	got := 0
+	for {
+		_, err := c.Call(t.Context(), wire.OpGet, obj(wire.KindQueue, "q", wire.ArgTimeout, 3.0), nil)
+		if code(err) == wire.CodeEmpty {
+			break
+		}
+		if err != nil {
+			t.Fatalf("get %d: %v", got, err)
+		}
+		got++
+	}
+	admitted := 0
+	for refused+admitted < putters {
+		rep := r.recv()
+		switch {
+		case rep.Err == nil:
+			admitted++
+		case rep.Err.Code == wire.CodeLimit:
+			refused++
+		default:
+			t.Fatalf("reply %d: %+v", rep.ID, rep.Err)
+		}
+	}
+	if admitted < 1 || admitted > fit || got != 10+admitted {
+		t.Fatalf("%d putters admitted (at most %d), %d items got, want 10 + admitted", admitted, fit, got)
+	}
+	d.checkPeak(t, "queue putters, ring", 300<<20)
 }
 
 // TestLimitTotalBytes: --max-bytes is shared by every object; deleting an
