@@ -274,24 +274,28 @@ func (q *Queue) ringTryPut(item []byte) (ok bool, err error) {
 	if len(qr.over) > 0 {
 		moved = q.settle()
 	}
-	if len(qr.over) == 0 && uint64(len(item)) <= qr.r.Inline() {
+	inline := uint64(len(item)) <= qr.r.Inline()
+	keep := false // the ring has room for it, but the daemon keeps it (SocketKeepMin)
+	if len(qr.over) == 0 && inline {
 		ok, err := qr.r.Fits(uint64(len(item)))
 		if err != nil {
 			return false, q.corrupt(err)
 		}
-		if ok {
+		if ok && len(item) < SocketKeepMin {
 			qr.r.Put(statemem.RecItem, item)
 			q.accepted()
 			return true, nil
 		}
+		keep = ok
 	}
 	if err := q.ringCharge(ItemCost(item)); err != nil {
 		return false, err
 	}
-	if len(qr.over) == 0 && uint64(len(item)) > qr.r.Inline() {
-		// Only an item too large for the ring is named by an external
-		// record: one that merely finds no room waits in over (an external
-		// record would send a client's get to the daemon).
+	if len(qr.over) == 0 && (!inline || keep) {
+		// Only an item the daemon keeps (too large for the ring, or a large
+		// one that came through the daemon) is named by an external record:
+		// one that merely finds no room waits in over (an external record
+		// sends a client's get to the daemon).
 		if ok, _ := qr.r.Fits(8); ok {
 			qr.extNext++
 			var id [8]byte
@@ -360,6 +364,15 @@ func (q *Queue) fromRecord(kind uint32, p []byte) []byte {
 	return item
 }
 
+// SocketKeepMin is the size from which an item put through the daemon
+// into a ring with room for it (a socket client's put, mostly) stays in the
+// daemon's memory, named by an external record, instead of being
+// copied into the ring: the daemon already holds it (the request's bytes),
+// a socket client that gets it takes it with no copy, and a fast client
+// that gets it takes the socket, which carried it in anyway. Smaller items
+// are copied into the ring, where fast clients get them with no round trip.
+const SocketKeepMin = 64 << 10
+
 // settle moves over's items into the ring, in order, while they fit (and
 // front is empty), and sets the flags for what the daemon still holds. It
 // reports whether it moved any (latch held, under q.mu).
@@ -367,6 +380,9 @@ func (q *Queue) settle() (moved bool) {
 	qr := q.ring
 	for len(qr.front) == 0 && len(qr.over) > 0 {
 		item := qr.over[0]
+		// Over's items are copied into the ring up to the inline limit,
+		// whatever their size: they are mostly fast clients' puts that found
+		// the ring full, for fast clients to get.
 		if uint64(len(item)) <= qr.r.Inline() {
 			if ok, _ := qr.r.Fits(uint64(len(item))); !ok {
 				break

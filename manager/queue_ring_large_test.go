@@ -19,16 +19,19 @@ func TestQueueRingLargeItemsAndTrim(t *testing.T) {
 		t.Fatalf("capacity %d inline %d, want 64 MiB and 16 MiB", r.Capacity(), r.Inline())
 	}
 	ctx := testCtx(t)
+	// Items just under SocketKeepMin: the daemon copies them into the ring
+	// (larger ones it would keep, named by external records).
 	var want [][]byte
-	for i := 0; i < 8; i++ {
-		it := bytes.Repeat([]byte{byte(i)}, 4<<20)
+	const size, n = SocketKeepMin - 1024, (32 << 20) / (SocketKeepMin - 1024)
+	for i := 0; i < n; i++ {
+		it := bytes.Repeat([]byte{byte(i)}, size)
 		if err := q.Put(ctx, it, false, 0); err != nil {
 			t.Fatal(err)
 		}
 		want = append(want, it)
 	}
-	if items, _, err := r.Len(); err != nil || items != 8 {
-		t.Fatalf("the ring holds %d items (%v), want all 8 inline", items, err)
+	if items, _, err := r.Len(); err != nil || items != n {
+		t.Fatalf("the ring holds %d items (%v), want all %d inline", items, err, n)
 	}
 	if a := r.Allocated(); a < 32<<20 {
 		t.Fatalf("the ring holds %d bytes of memory after 32 MiB of items", a)
@@ -50,7 +53,8 @@ func TestQueueRingLargeItemsAndTrim(t *testing.T) {
 	if a := r.Allocated(); a > statemem.RingHeader+statemem.RingHot+1<<20 {
 		t.Fatalf("a drained idle ring still holds %d bytes of memory", a)
 	}
-	// It works after.
+	// It works after (and a socket client's item of SocketKeepMin or more
+	// stays in the daemon, named by an external record).
 	for i := 0; i < 3; i++ {
 		if err := q.Put(ctx, bytes.Repeat([]byte{9}, 1<<20), false, 0); err != nil {
 			t.Fatal(err)
@@ -104,5 +108,31 @@ func TestQueueRingChargesCountTheRing(t *testing.T) {
 	}
 	if q.Len() != 4 {
 		t.Fatalf("len %d, want 4", q.Len())
+	}
+}
+
+// A socket client's item of SocketKeepMin bytes or more stays in the
+// daemon (the ring holds an 8-byte external record for it, in its place):
+// no copy into the ring and none out for a socket getter. Smaller ones are
+// copied into the ring, and order holds across both.
+func TestQueueRingKeepsLargeSocketItems(t *testing.T) {
+	m, _ := fastManager(t)
+	q := ringQueue(t, m, "keep", 0)
+	r := q.Ring()
+	ctx := testCtx(t)
+	small, big := []byte("small"), bytes.Repeat([]byte{7}, SocketKeepMin)
+	for _, it := range [][]byte{small, big, small} {
+		if err := q.Put(ctx, it, false, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, used := r.Peek(); used > 1024 {
+		t.Fatalf("the ring uses %d bytes: the large item was copied into it", used)
+	}
+	for i, want := range [][]byte{small, big, small} {
+		got, err := q.Get(ctx, false, 0)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("item %d: %d bytes, %v", i, len(got), err)
+		}
 	}
 }
