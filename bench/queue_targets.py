@@ -9,7 +9,8 @@ medians over rounds; ratios printed) of:
   put_many/get_many; multiprocessing.Queue and SyncManager have no batch
   call, so theirs is a loop of single puts and gets);
 * 1 MiB numpy arrays, one producer -> this process;
-* the same process putting and getting one 1 MiB array (latency).
+* the same process putting and getting one 1 MiB array (latency; for the
+  socket-path columns a fresh interpreter with ``SYNCMGR_FASTPATH=0``).
 
 syncmgr runs as three columns: "syncmgr" (the same-host fast path: the
 queue's ring), "syncmgr socket" (``SYNCMGR_FASTPATH=0`` clients of a queue
@@ -30,6 +31,7 @@ import datetime
 import os
 import signal
 import statistics
+import subprocess
 import sys
 import time
 import traceback
@@ -150,8 +152,41 @@ def throughput_once(s: str, kind: str, producers: int, m: Any, sm: SyncManager, 
     return total / (el / 1e9)
 
 
+_SAME_SOCKET = """
+import os, sys, time
+import numpy as np
+import syncmgr
+n = int(sys.argv[1])
+q = syncmgr.connect().Queue()
+a = np.arange(1 << 17, dtype=np.float64)
+q.put(a)
+q.get(timeout=30)
+t = time.perf_counter_ns()
+for _ in range(n):
+    q.put(a)
+    q.get(timeout=30)
+print((time.perf_counter_ns() - t) / 1e9 / n)
+"""
+
+
+def _same_socket_once(env: dict[str, str], n: int) -> float:
+    """same_process_once for a socket-path client: a fresh interpreter with
+    SYNCMGR_FASTPATH=0 from its start (this process's client has the fast
+    path on for the other columns, which a socket-only client would not)."""
+    r = subprocess.run([sys.executable, "-c", _SAME_SOCKET, str(n)], env={**os.environ, **env, **T.NOFAST},
+                       capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        raise RuntimeError(f"the socket client failed: {r.stderr[-2000:]}")
+    return float(r.stdout.split()[-1])
+
+
 def same_process_once(s: str, m: Any, sm: SyncManager, n: int) -> float:
     """Seconds per put+get of one 1 MiB array in this process."""
+    if s == T.SOCK:
+        return _same_socket_once(m.runtime_env()["env_vars"], n)
+    if s == NORING:
+        nd = _noring[1]
+        return _same_socket_once({"SYNCMGR_ADDRESS": nd.address, "SYNCMGR_AUTHKEY": nd.key.hex()}, n)
     q = make_queue(s, m, sm, True)
     a = _np_item()
     q.put(a)
@@ -196,7 +231,7 @@ def run(smoke: bool) -> dict[str, Any]:
     m = syncmgr.Manager()
     m.start()
     nd = PrivateDaemon(args=("--fastpath-dir", "none")).start()
-    _noring[:] = [syncmgr.connect(nd.address, nd.key)]
+    _noring[:] = [syncmgr.connect(nd.address, nd.key), nd]
     R: dict[str, Any] = {"rows": {}, "note": note, "systems": systems,
                          "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
     try:
