@@ -518,6 +518,9 @@ func (q *Queue) ringPut(ctx context.Context, item []byte, block bool, timeout ti
 			}
 		}
 		q.mu.Unlock()
+		if ok {
+			qr.wakeLocal()
+		}
 		if ok || err != nil {
 			return err
 		}
@@ -553,6 +556,7 @@ func (q *Queue) ringGet(ctx context.Context, block bool, timeout time.Duration) 
 			return nil, err
 		}
 		if ok {
+			qr.wakeLocal()
 			return item, nil
 		}
 		if !block || timeout == 0 {
@@ -612,6 +616,19 @@ func (qr *queueRing) wait(ctx context.Context, seen uint32, deadline time.Time) 
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// wakeLocal wakes the daemon's own waiters on the ring (socket clients'
+// gets and puts) after a change the daemon made itself, at once rather than
+// through the watcher's futex wake-up (which still comes, and costs a
+// spurious retry at most).
+func (qr *queueRing) wakeLocal() {
+	qr.wmu.Lock()
+	if qr.wn > 0 {
+		close(qr.wch)
+		qr.wch = make(chan struct{})
+	}
+	qr.wmu.Unlock()
 }
 
 // kick wakes the daemon's waiters (the queue failed).
