@@ -115,10 +115,12 @@ bench-main: build venv $(VENV)/.bench-installed
 # the built extension and the daemon only. SCALE_ARGS="--n 16,64,256".
 bench-scale: build venv
 	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) bench/scale.py $(SCALE_ARGS)
+	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) bench/fork_child.py
 
 # N=1 and 4, a tenth of a second per cell: checks that it runs (not its numbers).
 bench-scale-smoke: build venv
 	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) bench/scale.py --smoke
+	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) bench/fork_child.py --smoke
 
 # >= 1000 SIGKILLs at every labelled step of a Queue op on the ring, counted
 # (duplicates, lost items, uncommitted puts seen, wedges); exits non-zero on
