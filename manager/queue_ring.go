@@ -260,7 +260,12 @@ func (q *Queue) ringTryPut(item []byte) (ok bool, err error) {
 		return false, ErrDeleted
 	}
 	moved := false
-	defer func() { qr.r.Unlock(ok || moved) }()
+	defer func() {
+		qr.r.UnlockQuiet(ok || moved)
+		if ok || moved {
+			qr.wakeLocal()
+		}
+	}()
 	n, err := q.ringCount()
 	if err != nil {
 		return false, q.corrupt(err)
@@ -320,7 +325,12 @@ func (q *Queue) ringTryGet() (item []byte, ok bool, err error) {
 	if !qr.r.Lock(qr.gone) {
 		return nil, false, ErrDeleted
 	}
-	defer func() { qr.r.Unlock(ok) }()
+	defer func() {
+		qr.r.UnlockQuiet(ok)
+		if ok {
+			qr.wakeLocal()
+		}
+	}()
 	if len(qr.front) > 0 {
 		item = qr.front[0]
 		qr.front = qr.front[1:]
@@ -518,9 +528,6 @@ func (q *Queue) ringPut(ctx context.Context, item []byte, block bool, timeout ti
 			}
 		}
 		q.mu.Unlock()
-		if ok {
-			qr.wakeLocal()
-		}
 		if ok || err != nil {
 			return err
 		}
@@ -556,7 +563,6 @@ func (q *Queue) ringGet(ctx context.Context, block bool, timeout time.Duration) 
 			return nil, err
 		}
 		if ok {
-			qr.wakeLocal()
 			return item, nil
 		}
 		if !block || timeout == 0 {
@@ -619,9 +625,10 @@ func (qr *queueRing) wait(ctx context.Context, seen uint32, deadline time.Time) 
 }
 
 // wakeLocal wakes the daemon's own waiters on the ring (socket clients'
-// gets and puts) after a change the daemon made itself, at once rather than
-// through the watcher's futex wake-up (which still comes, and costs a
-// spurious retry at most).
+// gets, puts and joins) after a change the daemon made itself, at once
+// rather than through the watcher, whose futex the change then need not
+// wake (UnlockQuiet): the watcher sees it at its next look (a spurious
+// retry at most). Called under q.mu (q.mu, then wmu).
 func (qr *queueRing) wakeLocal() {
 	qr.wmu.Lock()
 	if qr.wn > 0 {

@@ -172,7 +172,8 @@ type Ring struct {
 	fdmu    sync.Mutex // fd is used (passed to a client) or closed under fdmu
 	fd      int
 	mem     []byte
-	cap     uint64 // data bytes, the daemon's own copy
+	own     atomic.Int32 // the daemon's own sleepers in Sleep (counted in the waiters word too)
+	cap     uint64       // data bytes, the daemon's own copy
 	maxsize uint64
 	inline  uint64
 }
@@ -373,12 +374,20 @@ func (r *Ring) Lock(gone func(slot uint32) bool) bool {
 
 // Unlock lets go of the daemon's latch; when the op changed the ring it
 // bumps seq and wakes the sleepers.
-func (r *Ring) Unlock(changed bool) {
+func (r *Ring) Unlock(changed bool) { r.unlock(changed, 0) }
+
+// UnlockQuiet is Unlock for a change whose daemon-side waiters the caller
+// wakes itself: it wakes the futex only when a client sleeps on it, not
+// when the only sleeper is the daemon's own (Sleep), which then sees the
+// change at its next look.
+func (r *Ring) UnlockQuiet(changed bool) { r.unlock(changed, uint32(r.own.Load())) }
+
+func (r *Ring) unlock(changed bool, own uint32) {
 	if changed {
 		atomic.AddUint64(r.word(ringOffSeq), 1)
 	}
 	atomic.StoreUint64(r.word(ringOffLatch), 0)
-	if changed && atomic.LoadUint32((*uint32)(unsafe.Pointer(&r.mem[ringOffWaiters]))) != 0 {
+	if changed && atomic.LoadUint32((*uint32)(unsafe.Pointer(&r.mem[ringOffWaiters]))) > own {
 		WakeAll(r.word(ringOffSeq))
 	}
 	r.exit()
@@ -445,8 +454,12 @@ func (r *Ring) Sleep(seen uint32, d time.Duration) {
 	}
 	defer r.exit()
 	wp := (*uint32)(unsafe.Pointer(&r.mem[ringOffWaiters]))
+	// own never counts a sleeper the waiters word does not (raised after it,
+	// lowered before it), so waiters > own whenever a client sleeps.
 	atomic.AddUint32(wp, 1)
+	r.own.Add(1)
 	futexWaitWord(r.word(ringOffSeq), seen, d)
+	r.own.Add(-1)
 	atomic.AddUint32(wp, ^uint32(0))
 }
 
