@@ -150,6 +150,8 @@ def learn(cfg: Config, setup: Any, rb: Any, limiter: Any, weights: WeightsBroadc
             ep["wall_s"] = ep.pop("t") - (time.time() - (time.monotonic() - t0))
             episodes.append(ep)
         for ev in drain(evals_q):
+            if solved_at is not None:
+                break  # an evaluation that came after the criterion was met (the job ends at the criterion)
             ev["wall_s"] = ev.pop("t") - (time.time() - (time.monotonic() - t0))
             evaluations.append(ev)
             streak = streak + 1 if ev["mean_return"] >= cfg.threshold else 0
