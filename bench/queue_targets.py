@@ -294,18 +294,11 @@ def report(R: dict[str, Any], md: bool) -> str:
 
 
 def write_doc(R: dict[str, Any], path: str) -> None:
-    with open(path) as f:
-        text = f.read()
     body = "\n".join([BEGIN, "", "## Issue 20 targets: Queue rings", "",
                       f"{R['date']}, {os.cpu_count()} CPUs; fast path: {R['fast_state']}; medians of "
                       f"{R['rounds']} interleaved rounds.", "",
                       report(R, True), "", END])
-    if BEGIN in text and END in text:
-        text = text[:text.index(BEGIN)] + body + text[text.index(END) + len(END):]
-    else:
-        text = text.rstrip("\n") + "\n\n" + body + "\n"
-    with open(path, "w") as f:
-        f.write(text)
+    T.write_section(path, BEGIN, END, body)
 
 
 def main(argv: Optional[list[str]] = None) -> int:

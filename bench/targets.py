@@ -660,14 +660,19 @@ def write_doc(R: dict[str, Any], path: str) -> None:
     for e in R.get("errors", []):
         L += [f"**Failed:** {e}", ""]
     L.append(END)
-    block = "\n".join(L)
+    write_section(path, BEGIN, END, "\n".join(L))
+
+
+def write_section(path: str, begin: str, end: str, block: str) -> None:
+    """Replace the part of path from begin to end (markers included, block
+    must start with begin and end with end) with block, or append block."""
     try:
         with open(path) as f:
             text = f.read()
     except FileNotFoundError:
         text = ""
-    if BEGIN in text and END in text and text.index(BEGIN) < text.index(END):
-        a, b = text.index(BEGIN), text.index(END) + len(END)
+    if begin in text and end in text and text.index(begin) < text.index(end):
+        a, b = text.index(begin), text.index(end) + len(end)
         text = text[:a] + block + text[b:]
     else:
         text = text.rstrip("\n") + ("\n\n" if text else "") + block + "\n"

@@ -12,6 +12,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/syncmgr/syncmgr/manager"
+	"github.com/syncmgr/syncmgr/proxy"
 	"github.com/syncmgr/syncmgr/wire"
 )
 
@@ -202,26 +203,10 @@ func TestLimitParkedRequests(t *testing.T) {
 // none); TestLimitQueueBytesRing is the same with a ring.
 func TestLimitQueueBytes(t *testing.T) {
 	d := startDaemon(t, "--max-object-bytes", "64000000", "--fastpath-dir", "none")
-	c := d.dial(t)
-	call(t, c, wire.OpCreate, obj(wire.KindQueue, "q", wire.ArgMaxSize, int64(10)))
-	item := bytes.Repeat([]byte{1}, 1<<20)
-	for i := 0; i < 10; i++ {
-		call(t, c, wire.OpPut, obj(wire.KindQueue, "q", wire.ArgItem, item))
-	}
-	r := d.raw(t)
-	const putters = 600
-	go func() {
-		for i := 1; i <= putters; i++ {
-			f, _ := wire.EncodeRequest(uint64(i), wire.OpPut, obj(wire.KindQueue, "q", wire.ArgItem, item, wire.ArgTimeout, 30.0))
-			_ = r.nc.SetWriteDeadline(time.Now().Add(bound))
-			if _, err := r.nc.Write(f); err != nil {
-				return
-			}
-		}
-	}()
+	c, r := floodQueue(t, d)
 	// 10 items and fit-10 waiting putters fit in 64 MB; the others do not.
 	fit := 64_000_000/(1<<20+manager.ItemOverhead) - 10
-	for i := 0; i < putters-fit; i++ {
+	for i := 0; i < floodPutters-fit; i++ {
 		rep := r.recv()
 		if rep.Err == nil || rep.Err.Code != wire.CodeLimit {
 			t.Fatalf("reply %d: %+v, want limit", rep.ID, rep.Err)
@@ -247,6 +232,32 @@ func TestLimitQueueBytes(t *testing.T) {
 	d.checkPeak(t, "queue putters", 300<<20)
 }
 
+// floodQueue fills a maxsize-10 queue "q" with 10 items of 1 MiB and sends
+// floodPutters more puts of 1 MiB (timeout 30 s) on a raw connection,
+// without reading the replies.
+func floodQueue(t *testing.T, d *daemon) (*proxy.Client, *rawConn) {
+	t.Helper()
+	c := d.dial(t)
+	call(t, c, wire.OpCreate, obj(wire.KindQueue, "q", wire.ArgMaxSize, int64(10)))
+	item := bytes.Repeat([]byte{1}, 1<<20)
+	for i := 0; i < 10; i++ {
+		call(t, c, wire.OpPut, obj(wire.KindQueue, "q", wire.ArgItem, item))
+	}
+	r := d.raw(t)
+	go func() {
+		for i := 1; i <= floodPutters; i++ {
+			f, _ := wire.EncodeRequest(uint64(i), wire.OpPut, obj(wire.KindQueue, "q", wire.ArgItem, item, wire.ArgTimeout, 30.0))
+			_ = r.nc.SetWriteDeadline(time.Now().Add(bound))
+			if _, err := r.nc.Write(f); err != nil {
+				return
+			}
+		}
+	}()
+	return c, r
+}
+
+const floodPutters = 600
+
 // TestLimitQueueBytesRing: the same flood on a queue with a ring. The ring
 // counts its bytes as it holds them (with the span a wrapped ring skips),
 // so the admitted putters are at most the daemon-kept queue's, not exactly
@@ -255,26 +266,10 @@ func TestLimitQueueBytes(t *testing.T) {
 // bounded.
 func TestLimitQueueBytesRing(t *testing.T) {
 	d := startDaemon(t, "--max-object-bytes", "64000000")
-	c := d.dial(t)
-	call(t, c, wire.OpCreate, obj(wire.KindQueue, "q", wire.ArgMaxSize, int64(10)))
-	item := bytes.Repeat([]byte{1}, 1<<20)
-	for i := 0; i < 10; i++ {
-		call(t, c, wire.OpPut, obj(wire.KindQueue, "q", wire.ArgItem, item))
-	}
-	r := d.raw(t)
-	const putters = 600
-	go func() {
-		for i := 1; i <= putters; i++ {
-			f, _ := wire.EncodeRequest(uint64(i), wire.OpPut, obj(wire.KindQueue, "q", wire.ArgItem, item, wire.ArgTimeout, 30.0))
-			_ = r.nc.SetWriteDeadline(time.Now().Add(bound))
-			if _, err := r.nc.Write(f); err != nil {
-				return
-			}
-		}
-	}()
+	c, r := floodQueue(t, d)
 	fit := 64_000_000/(1<<20+manager.ItemOverhead) - 10
 	refused := 0
-	for i := 0; i < putters-fit; i++ { // at least these are refused at once
+	for i := 0; i < floodPutters-fit; i++ { // at least these are refused at once
 		if rep := r.recv(); rep.Err == nil || rep.Err.Code != wire.CodeLimit {
 			t.Fatalf("reply %d: %+v, want limit", rep.ID, rep.Err)
 		}
@@ -295,7 +290,7 @@ func TestLimitQueueBytesRing(t *testing.T) {
 		got++
 	}
 	admitted := 0
-	for refused+admitted < putters {
+	for refused+admitted < floodPutters {
 		rep := r.recv()
 		switch {
 		case rep.Err == nil:

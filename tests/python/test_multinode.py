@@ -244,16 +244,21 @@ def test_two_hosts_over_tcp_and_tls(hosts: Hosts) -> None:
         assert head.returncode == 0, f"head failed:\n{first}{out}"
         assert "every effect of the worker seen" in out
     finally:
-        for p in reversed(procs):
-            if p.poll() is None:
-                p.terminate()
-                try:
-                    p.wait(15)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait(5)
+        _stop(procs)
         log.close()
     assert daemon.returncode == 0, open(os.path.join(hosts.dir, "daemon.log")).read()[-2000:]
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    """Terminate what still runs, newest first (the daemon last)."""
+    for p in reversed(procs):
+        if p.poll() is None:
+            p.terminate()
+            try:
+                p.wait(15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(5)
 
 
 def _wait_ready(daemon: subprocess.Popen, log: str) -> None:
@@ -385,13 +390,6 @@ def test_remote_producers_over_tls_feed_a_fast_path_consumer(hosts: Hosts) -> No
         # (a latch wait past its bound goes to the daemon), never one per item.
         assert requests <= n_each * producers // 10, line[0]
     finally:
-        for p in reversed(procs):
-            if p.poll() is None:
-                p.terminate()
-                try:
-                    p.wait(15)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait(5)
+        _stop(procs)
         log.close()
     assert daemon.returncode == 0, open(logpath).read()[-2000:]
