@@ -205,9 +205,9 @@ func ring(ctx context.Context, c *proxy.Client, name, gets, puts string) error {
 // environment allows it), printing one line per step for the Python side:
 // "fast=.. ring=..", each of the n items it gets, "got"; then, once a line
 // comes on stdin (Python has marked Go's items done and got n items of its
-// own), "pending" after n-1 task_dones (a join must not return yet),
-// "joined" once the last one let Join return, and "too-many" when one more
-// task_done is refused.
+// own), "pending" after n-1 task_dones (a join must not return yet); then,
+// after another line on stdin, "joined" once the last one let Join return,
+// and "too-many" when one more task_done is refused.
 func jring(ctx context.Context, c *proxy.Client, name, count string) error {
 	n, err := strconv.Atoi(count)
 	if err != nil || n < 1 {
@@ -227,7 +227,8 @@ func jring(ctx context.Context, c *proxy.Client, name, count string) error {
 		fmt.Printf("%T %v\n", v, v)
 	}
 	fmt.Println("got")
-	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+	in := bufio.NewReader(os.Stdin)
+	if _, err := in.ReadString('\n'); err != nil {
 		return err
 	}
 	for i := 0; i < n; i++ {
@@ -239,6 +240,9 @@ func jring(ctx context.Context, c *proxy.Client, name, count string) error {
 				return fmt.Errorf("join with one task unfinished: %v", err)
 			}
 			fmt.Println("pending")
+			if _, err := in.ReadString('\n'); err != nil { // Python has seen its join still waiting
+				return err
+			}
 		}
 		if err := q.TaskDone(ctx); err != nil {
 			return fmt.Errorf("task_done %d: %w", i, err)

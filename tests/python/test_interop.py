@@ -173,8 +173,10 @@ def test_joinable_queue_python_and_go_fast_paths(daemon, interop):
         t.start()
         go.stdin.write("go\n")
         go.stdin.flush()
-        assert go.stdout.readline().strip() == "pending"
-        assert joined == []  # one task still unfinished
+        assert go.stdout.readline().strip() == "pending"  # Go waits before its last task_done
+        assert jq.join(timeout=0.05) is False and joined == []  # one task still unfinished
+        go.stdin.write("last\n")
+        go.stdin.flush()
         assert go.stdout.readline().strip() == "joined"
         t.join(30)
         assert joined == [True]
