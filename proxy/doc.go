@@ -24,11 +24,14 @@
 // Put, TryPut, Get, TryGet and Len on its shared ring (queue_fast.go,
 // statemem.ClientRing: the protocol the Python client follows, so both
 // share one FIFO with the socket clients; Queue.FastPath reports it). A
-// JoinableQueue stays on the socket: its task counts are the daemon's, and
-// a ring client would have to keep them. A ring op the ring cannot serve
-// (a flag set, damage, a large item, no room, a latch held past 2 ms) goes
-// over the socket with what is left of its context; a Get decodes its item
-// before it takes it, so an item that does not decode stays at the head.
+// JoinableQueue's TaskDone and Join work on its ring too: its task counts
+// are in the ring, and the client keeps its debts there as the Python
+// client does (a get owes its item; TaskDone pays its own debt first, else
+// another's; one too many is a value_error that stores nothing). A ring
+// op the ring cannot serve (a flag set, damage, a large item, no room, a
+// latch held past 2 ms) goes over the socket with what is left of its
+// context; a Get decodes its item before it takes it, so an item that does
+// not decode stays at the head.
 //
 // An error means no effect. Every call that can block takes a
 // context.Context; a deadline is also sent as the op's timeout, so the

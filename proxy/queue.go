@@ -113,14 +113,26 @@ func (c *Client) JoinableQueue(ctx context.Context, name string, maxsize int) (*
 	return &JoinableQueue{Queue{h}}, err
 }
 
-// TaskDone marks one got item as processed.
+// TaskDone marks one got item as processed; called more times than items
+// were put, it answers a wire.CodeValueError error and changes nothing.
 func (q *JoinableQueue) TaskDone(ctx context.Context) error {
+	if q.qr != nil {
+		if done, err := q.fastTaskDone(ctx); done {
+			return err
+		}
+	}
 	_, err := q.call(ctx, wire.OpTaskDone, nil)
 	return err
 }
 
-// Join waits until every item put has been marked done, or ctx ends.
+// Join waits until every item put has been marked done, or ctx ends
+// (context.DeadlineExceeded on a deadline, ctx's error on a cancel).
 func (q *JoinableQueue) Join(ctx context.Context) error {
+	if q.qr != nil {
+		if done, err := q.fastJoin(ctx); done {
+			return err
+		}
+	}
 	res, err := q.call(ctx, wire.OpJoin, nil, timeoutArgs(ctx)...)
 	if err == nil && res != true {
 		return context.DeadlineExceeded

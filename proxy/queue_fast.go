@@ -13,23 +13,28 @@ import (
 )
 
 // The Queue ring (docs/protocol.md section 11): with WithFastPath, a Queue
-// (kind Queue; a JoinableQueue stays on the socket) maps the ring the
-// daemon keeps its items in, passed by queue_attach with SCM_RIGHTS on the
-// client's own connection, and Put, TryPut, Get, TryGet and Len work on it
-// with no round trip (statemem.ClientRing: the protocol of the Python
-// client's extension). Items are stored as the socket path stores them
-// (EncodeValue), so Go, Python and socket clients share one FIFO. Whatever
-// the ring answers Daemon for (a flag set, an item over the inline maximum,
-// no room left, a latch held too long, damage) goes over the socket, with
-// what is left of the context.
+// or JoinableQueue maps the ring the daemon keeps its items in, passed by
+// queue_attach with SCM_RIGHTS on the client's own connection, and Put,
+// TryPut, Get, TryGet and Len (and a JoinableQueue's TaskDone and Join)
+// work on it with no round trip (statemem.ClientRing: the protocol of the
+// Python client's extension). Items are stored as the socket path stores
+// them (EncodeValue), so Go, Python and socket clients share one FIFO. A
+// JoinableQueue's task counts are in its ring as well: the client asks
+// for it with tasks (it keeps its debts and journal, docs/protocol.md),
+// and the reply's joinable must match the handle's kind. Whatever the ring
+// answers Daemon for (a flag set, an item over the inline maximum, no room
+// left, a latch held too long, damage) goes over the socket, with what is
+// left of the context.
 
 // queueRef maps h's ring; nil means the socket path.
 func (c *Client) queueRef(h Handle) *statemem.ClientRing {
 	fp := c.fast
-	if fp == nil || h.kind != wire.KindQueue || fp.slot >= statemem.RingSlots {
+	joinable := h.kind == wire.KindJoinableQueue
+	if fp == nil || h.kind != wire.KindQueue && !joinable || fp.slot >= statemem.RingSlots {
 		return nil
 	}
-	res, fds, err := c.callFDs(wire.OpQueueAttach, h.args())
+	// tasks: this client keeps a JoinableQueue's task counts in its ring.
+	res, fds, err := c.callFDs(wire.OpQueueAttach, h.args(wire.ArgTasks, true))
 	defer closeFDs(fds)
 	if err != nil || len(fds) != 1 {
 		return nil
@@ -40,10 +45,11 @@ func (c *Client) queueRef(h Handle) *statemem.ClientRing {
 	inline, ok3 := toInt(m["inline"])
 	maxsize, ok4 := toInt(m["maxsize"])
 	slot, ok5 := toInt(m["slot"])
-	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || slot != int(fp.slot) || capacity < 0 || inline < 0 || maxsize < 0 {
+	j, ok6 := m["joinable"].(bool)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 || j != joinable || slot != int(fp.slot) || capacity < 0 || inline < 0 || maxsize < 0 {
 		return nil
 	}
-	r, err := statemem.OpenRing(fds[0], int64(size), uint64(capacity), uint64(inline), uint64(maxsize), fp.slot)
+	r, err := statemem.OpenRing(fds[0], int64(size), uint64(capacity), uint64(inline), uint64(maxsize), fp.slot, joinable)
 	if err != nil {
 		return nil
 	}
@@ -209,6 +215,46 @@ func (q *Queue) fastGet(ctx context.Context, wait bool) (bool, any, error) {
 		}
 	}
 	return false, nil, nil
+}
+
+// fastTaskDone marks a task done on the ring; false: send it over the
+// socket (nothing was stored). Called too many times: a value error, and
+// nothing stored.
+func (q *JoinableQueue) fastTaskDone(ctx context.Context) (bool, error) {
+	if err := ctx.Err(); errors.Is(err, context.Canceled) {
+		return true, err
+	}
+	if !q.alive() {
+		return false, nil // the socket path reports the lost connection
+	}
+	switch q.qr.TaskDone() {
+	case statemem.OK:
+		return true, nil
+	case statemem.Busy:
+		return true, wire.Errorf(wire.CodeValueError, "task_done() called too many times")
+	}
+	return false, nil
+}
+
+// fastJoin waits on the ring until no task is unfinished, in slices of
+// the context; false: ask the daemon. Ending (a deadline: DeadlineExceeded,
+// a cancel: ctx's error) takes nothing.
+func (q *JoinableQueue) fastJoin(ctx context.Context) (bool, error) {
+	if err := ctx.Err(); errors.Is(err, context.Canceled) {
+		return true, err
+	}
+	for q.alive() {
+		switch q.qr.Join(slice(ctx, true)) {
+		case statemem.OK:
+			return true, nil
+		case statemem.Daemon:
+			return false, nil
+		}
+		if err := ringEnd(ctx, true, context.DeadlineExceeded); err != nil {
+			return true, err
+		}
+	}
+	return false, nil
 }
 
 // FastPath reports whether the queue's items are on the fast path (its

@@ -74,7 +74,14 @@ func (rs *ringServer) waitOps(t *testing.T, op string, want int) int {
 // ring is the daemon's ring of the Queue name.
 func (rs *ringServer) ring(t *testing.T, name string) *statemem.Ring {
 	t.Helper()
-	o, err := rs.srv.Manager().Lookup(manager.KindQueue, name)
+	return rs.ringOf(t, manager.KindQueue, name)
+}
+
+// ringOf is the daemon's ring of the queue name of kind (a Queue or a
+// JoinableQueue).
+func (rs *ringServer) ringOf(t *testing.T, kind manager.Kind, name string) *statemem.Ring {
+	t.Helper()
+	o, err := rs.srv.Manager().Lookup(kind, name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,28 +198,185 @@ func TestQueueRingFastAndSocketShareOneFIFO(t *testing.T) {
 	}
 }
 
-// A JoinableQueue stays on the socket (its task count is the daemon's).
-func TestQueueRingJoinableQueueOnSocket(t *testing.T) {
+// tooMany is the error of one task_done too many, on either path.
+var tooMany = &wire.Error{Code: wire.CodeValueError}
+
+// A fast Go client's JoinableQueue is on the ring: Put, TryPut, Get,
+// TryGet, Len, TaskDone and Join make no socket request, and a socket
+// client of the same queue sees the same items and task counts (its
+// task_done pays the fast client's debt, and the fast Join sees it).
+func TestJoinableQueueRingNoRoundTrips(t *testing.T) {
 	rs := serveRing(t)
 	ctx := bctx(t)
 	fast := dialC(t, rs.path, proxy.WithFastPath())
+	sock := dialC(t, rs.path)
 	jq, err := fast.JoinableQueue(ctx, "jq", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	puts := rs.ops(t, wire.OpPut)
-	if err := jq.Put(ctx, "x"); err != nil {
+	if !jq.FastPath() {
+		t.Fatal("the JoinableQueue is not on the ring")
+	}
+	sq, _ := sock.JoinableQueue(ctx, "jq", 0)
+	if sq.FastPath() {
+		t.Fatal("a socket client's JoinableQueue on the ring")
+	}
+	socketOps := []string{wire.OpPut, wire.OpGet, wire.OpQsize, wire.OpTaskDone, wire.OpJoin}
+	before := map[string]int{}
+	for _, op := range socketOps {
+		before[op] = rs.ops(t, op)
+	}
+	want := ringItems(40, 0)
+	for i, x := range want {
+		put := jq.Put
+		if i%2 == 1 {
+			put = jq.TryPut
+		}
+		if err := put(ctx, x); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := jq.Len(ctx); err != nil || n != 40 {
+		t.Fatalf("Len %d %v", n, err)
+	}
+	for i, x := range want {
+		get := jq.Get
+		if i%2 == 1 {
+			get = jq.TryGet
+		}
+		if v, err := get(ctx); err != nil || !reflect.DeepEqual(v, x) {
+			t.Fatalf("get %d: %#v %v, want %#v", i, v, err, x)
+		}
+	}
+	if err := jq.Join(ctx0(t, 0)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("join with 40 unfinished: %v", err)
+	}
+	for i := 0; i < 40; i++ {
+		if i == 39 {
+			dctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+			err := jq.Join(dctx)
+			cancel()
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("join with one unfinished: %v", err)
+			}
+		}
+		if err := jq.TaskDone(ctx); err != nil {
+			t.Fatalf("task_done %d: %v", i, err)
+		}
+	}
+	if err := jq.Join(ctx); err != nil {
+		t.Fatalf("join with none unfinished: %v", err)
+	}
+	if err := jq.TaskDone(ctx); !errors.Is(err, tooMany) {
+		t.Fatalf("one task_done too many: %v", err)
+	}
+	if err := jq.Join(ctx); err != nil {
+		t.Fatalf("join after a refused task_done: %v", err)
+	}
+	for _, op := range socketOps {
+		if n := rs.ops(t, op) - before[op]; n != 0 {
+			t.Fatalf("%d fast %s requests went over the socket", n, op)
+		}
+	}
+
+	// The fast client gets, the socket client marks done: one count.
+	if err := sq.Put(ctx, "s"); err != nil {
 		t.Fatal(err)
 	}
-	rs.waitOps(t, wire.OpPut, puts+1) // a JoinableQueue put goes to the daemon
-	if v, err := jq.Get(ctx); err != nil || v != "x" {
-		t.Fatalf("get %v %v", v, err)
+	if v, err := jq.Get(ctx); err != nil || v != "s" {
+		t.Fatalf("fast get of a socket put: %v %v", v, err)
 	}
-	if err := jq.TaskDone(ctx); err != nil {
+	if err := sq.Join(ctx0(t, 20*time.Millisecond)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("socket join with one unfinished: %v", err)
+	}
+	if err := sq.TaskDone(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := jq.Join(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if err := sq.TaskDone(ctx); !errors.Is(err, tooMany) {
+		t.Fatalf("socket task_done too many: %v", err)
+	}
+	if err := jq.TaskDone(ctx); !errors.Is(err, tooMany) {
+		t.Fatalf("fast task_done too many after the socket's: %v", err)
+	}
+}
+
+// ctx0 is a context whose deadline is d from now (0: already passed).
+func ctx0(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(bctx(t), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// A blocked fast Join sleeps on the ring (counted in its waiter table) and
+// is woken by the last TaskDone, fast or over the socket; a Join whose
+// context is cancelled while it sleeps answers the context's error and
+// takes nothing (the count stays, and the waiter count goes back to 0).
+func TestJoinableQueueRingJoinWokenAndCancelled(t *testing.T) {
+	rs := serveRing(t)
+	ctx := bctx(t)
+	a := dialC(t, rs.path, proxy.WithFastPath())
+	b := dialC(t, rs.path, proxy.WithFastPath())
+	s := dialC(t, rs.path)
+	aq, _ := a.JoinableQueue(ctx, "jw", 0)
+	bq, _ := b.JoinableQueue(ctx, "jw", 0)
+	sq, _ := s.JoinableQueue(ctx, "jw", 0)
+	if !aq.FastPath() || !bq.FastPath() {
+		t.Fatal("the JoinableQueue is not on the ring")
+	}
+	r := rs.ringOf(t, manager.KindJoinableQueue, "jw")
+	joins := rs.ops(t, wire.OpJoin)
+	for i, finisher := range []*proxy.JoinableQueue{bq, sq} {
+		for k := 0; k < 2; k++ {
+			if err := bq.Put(ctx, int64(k)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := bq.Get(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Cancelled while asleep: nothing taken.
+		cctx, cancel := context.WithCancel(ctx)
+		errc := make(chan error, 1)
+		go func() { errc <- aq.Join(cctx) }()
+		waitFor(t, "the joiner to sleep on the ring", func() bool { return r.Waiting() == 1 })
+		cancel()
+		if err := <-errc; !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled join: %v", err)
+		}
+		waitFor(t, "the waiter count to drop", func() bool { return r.Waiting() == 0 })
+		if n := r.UnfinishedNow(); n != 2 {
+			t.Fatalf("%d unfinished after a cancelled join, want 2", n)
+		}
+		// Woken by the last task_done, not before it.
+		done := make(chan error, 1)
+		go func() { done <- aq.Join(ctx) }()
+		waitFor(t, "the joiner to sleep on the ring", func() bool { return r.Waiting() == 1 })
+		if err := finisher.TaskDone(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("round %d: join returned %v with one task unfinished", i, err)
+		default:
+		}
+		if err := finisher.TaskDone(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("round %d: woken join: %v", i, err)
+			}
+		case <-time.After(bound):
+			t.Fatalf("round %d: join not woken by the last task_done", i)
+		}
+		waitFor(t, "the waiter count to drop", func() bool { return r.Waiting() == 0 })
+	}
+	if n := rs.ops(t, wire.OpJoin) - joins; n != 0 {
+		t.Fatalf("%d fast joins went over the socket", n)
 	}
 }
 
@@ -567,4 +731,25 @@ func TestQueueRingOffByEnv(t *testing.T) {
 	if v, err := q.Get(ctx); err != nil || v != "x" {
 		t.Fatalf("get %v %v", v, err)
 	}
+	jq, err := a.JoinableQueue(ctx, "envj", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if jq.FastPath() {
+		t.Fatal("the JoinableQueue is on the ring with SYNCMGR_FASTPATH=0")
+	}
+	if err := jq.Put(ctx, "y"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := jq.Get(ctx); err != nil {
+		t.Fatal(err)
+	}
+	joins := rs.ops(t, wire.OpJoin)
+	if err := jq.TaskDone(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := jq.Join(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rs.waitOps(t, wire.OpJoin, joins+1)
 }

@@ -40,9 +40,9 @@
 // and the daemon finishes it when it takes over a dead holder's latch
 // (Ring.repair). The daemon checks every position and length it reads from
 // a ring. A ClientRing (ring_client.go) is a Go client's side of the same
-// protocol for Queues (not JoinableQueues): it checks what it reads against
-// the layout the daemon's reply gave, and answers Daemon (send the op over
-// the socket) for anything it cannot do.
+// protocol for Queues and JoinableQueues (their debts and journal too): it
+// checks what it reads against the layout the daemon's reply gave, and
+// answers Daemon (send the op over the socket) for anything it cannot do.
 //
 // The layout (layout.go, waiters.go, ring.go) is the contract with the C
 // extension of the Python client (pyclient/csrc/); docs/protocol.md,

@@ -31,7 +31,17 @@ import (
 //     daemon takes over the latch of a session that ended);
 //   - a change bumps seq and wakes its sleepers; a blocking op registers as
 //     a waiter (the waiters word and the slot's entry) under the latch and
-//     sleeps on seq with a futex.
+//     sleeps on seq with a futex;
+//   - on a JoinableQueue's ring (queue_attach's reply said joinable) the
+//     task counts are in the ring too: a get writes a journal (the head
+//     word it commits, the client's owed entry after it), commits the
+//     head, raises its own owed entry and clears the journal; TaskDone
+//     journals, commits done+1, lowers an owed entry (its own if it owes,
+//     else the first that does) and clears the journal; Join sleeps on seq
+//     until unfinished = (puts - done) mod 2^24 is 0; a put waits as on a
+//     full queue once unfinished would reach RingMaxUnfinished. The daemon
+//     finishes the journal of a client that died between its commit and
+//     the owed store (Ring.repair).
 //
 // Nothing read from the ring is trusted: every position and length is
 // checked against the capacity the daemon's reply gave, and maxsize comes
@@ -42,13 +52,18 @@ type ClientRing struct {
 	inline  uint64
 	maxsize uint64
 	slot    uint64
+	// joinable: a JoinableQueue's ring (from queue_attach's reply): gets
+	// record their debts and puts respect RingMaxUnfinished.
+	joinable bool
 }
 
 // ringKillStep: tests only: the process kills itself at this labelled
 // step of a ring op (0: never), as the Python extension's
 // _set_queue_kill_step does, with the same labels: put 1 latch taken, 2
 // record written, 3 committed; get 11 latch taken, 12 item copied and
-// taken by the caller, 13 committed; 21 leaving a sleep.
+// taken by the caller, 13 committed (on a JoinableQueue: its debt not yet
+// recorded); 21 leaving a sleep; task_done 31 latch taken, 32 journal
+// written, 33 committed (its debt not yet paid).
 var ringKillStep atomic.Int32
 
 // SetRingKillStep arms the kill hook (tests only; 0 disarms it).
@@ -63,15 +78,18 @@ func step(n int32) {
 
 // OpenRing maps the ring behind fd (passed by queue_attach) with the
 // layout queue_attach's reply announced; slot is the client's session slot
-// id. The mapping lasts while the ClientRing is reachable. The file is checked as OpenFD checks the state segment (this user's,
-// mode 0600, of exactly size bytes, sealed against resizing) and its header
-// must match the reply. fd is not kept: the caller closes it.
-func OpenRing(fd int, size int64, capacity, inline, maxsize uint64, slot uint32) (*ClientRing, error) {
+// id, joinable the reply's joinable (a JoinableQueue's ring: the slot must
+// have an owed entry, below RingSlots). The mapping lasts while the
+// ClientRing is reachable. The file is checked as OpenFD checks the state
+// segment (this user's, mode 0600, of exactly size bytes, sealed against
+// resizing) and its header must match the reply. fd is not kept: the
+// caller closes it.
+func OpenRing(fd int, size int64, capacity, inline, maxsize uint64, slot uint32, joinable bool) (*ClientRing, error) {
 	if !littleEndian {
 		return nil, ErrBigEndian
 	}
 	if capacity < 4096 || capacity&(capacity-1) != 0 || capacity > RingMaxCapacity || size != int64(RingHeader)+int64(capacity) ||
-		inline > capacity/4 || slot == 0 || slot > MaxSlot {
+		inline > capacity/4 || slot == 0 || slot > MaxSlot || joinable && slot >= RingSlots {
 		return nil, fmt.Errorf("%w: bad ring layout (size %d, capacity %d, inline %d, slot %d)", ErrBadSegment, size, capacity, inline, slot)
 	}
 	if err := checkFD(fd, size); err != nil {
@@ -87,7 +105,7 @@ func OpenRing(fd int, size int64, capacity, inline, maxsize uint64, slot uint32)
 		_ = unix.Munmap(mem)
 		return nil, fmt.Errorf("%w: not a queue ring (bad header)", ErrBadSegment)
 	}
-	r := &ClientRing{mem: mem, cap: capacity, inline: inline, maxsize: maxsize, slot: uint64(slot)}
+	r := &ClientRing{mem: mem, cap: capacity, inline: inline, maxsize: maxsize, slot: uint64(slot), joinable: joinable}
 	// Unmapped once no op can reach it (every op keeps r alive until it
 	// last touches the mapping).
 	runtime.AddCleanup(r, func(mem []byte) { _ = unix.Munmap(mem) }, mem)
@@ -99,6 +117,9 @@ func (r *ClientRing) Inline() uint64 { return r.inline }
 
 // Maxsize returns the items the ring holds at most (0: no limit).
 func (r *ClientRing) Maxsize() uint64 { return r.maxsize }
+
+// Joinable reports whether the ring keeps a JoinableQueue's task counts.
+func (r *ClientRing) Joinable() bool { return r.joinable }
 
 func (r *ClientRing) word(off int) *uint64 { return (*uint64)(unsafe.Pointer(&r.mem[off])) }
 func (r *ClientRing) u32(off int) *uint32  { return (*uint32)(unsafe.Pointer(&r.mem[off])) }
@@ -177,6 +198,9 @@ func (r *ClientRing) fit(n uint64) int {
 		return -1
 	}
 	if r.maxsize > 0 && items >= r.maxsize {
+		return 0
+	}
+	if r.joinable && r.unfinished(t) >= RingMaxUnfinished {
 		return 0
 	}
 	idx := t & ringPosMask & (r.cap - 1)
@@ -313,11 +337,19 @@ func (r *ClientRing) Get(d time.Duration, take func(p []byte) error) (Result, er
 				return Busy, err
 			}
 			step(12)
+			if r.joinable {
+				r.journal(RingJournalGet, next, r.slot, atomic.LoadUint32(r.owed(r.slot))+1)
+			}
 			if !r.latchOurs() {
 				return Daemon, nil // taken over: the item stays at the head
 			}
 			atomic.StoreUint64(r.word(ringOffHead), next)
 			step(13)
+			if r.joinable {
+				o := r.owed(r.slot)
+				atomic.StoreUint32(o, atomic.LoadUint32(o)+1)
+				atomic.StoreUint64(r.word(ringOffJOp), 0)
+			}
 			r.latchFree(true)
 			return OK, nil
 		case Daemon:
@@ -395,4 +427,106 @@ func (r *ClientRing) Len() (n int, ok bool) {
 		return 0, false
 	}
 	return int(items), true
+}
+
+// unfinished is a JoinableQueue's unfinished tasks given the tail word t:
+// puts less the done word, mod 2^24 (the daemon lowers done by one for
+// each put it keeps outside the ring, so this counts those too). Under the
+// latch.
+func (r *ClientRing) unfinished(t uint64) uint64 {
+	return (t>>ringPosBits - atomic.LoadUint64(r.word(ringOffDone))) & ringCountMax
+}
+
+// owed is owed-table entry idx (< RingSlots): the items that slot got and
+// has not marked done.
+func (r *ClientRing) owed(idx uint64) *uint32 { return r.u32(ringOffOwed + 4*int(idx)) }
+
+// journal writes the journal of a JoinableQueue op about to commit: the
+// commit stores proof (the head word for a get, the done word for a
+// task_done); once committed, owed entry idx is to become after. The
+// daemon, taking over the latch of a holder that died, finishes that
+// second store if the commit happened (Ring.repair). The op word goes
+// last: it makes the journal valid.
+func (r *ClientRing) journal(kind, proof, idx uint64, after uint32) {
+	atomic.StoreUint64(r.word(ringOffJProof), proof)
+	atomic.StoreUint64(r.word(ringOffJHolder), r.slot)
+	atomic.StoreUint64(r.word(ringOffJOp), kind<<56|idx<<32|uint64(after))
+}
+
+// TaskDone marks one task of a JoinableQueue done: under the latch the done
+// word goes up by one (the commit), then one debt is paid: the client's own
+// owed entry if it owes anything, else the first entry that does (an item
+// got by one process and finished by another). OK: done; Busy: nothing is
+// unfinished (called too many times: nothing stored); Daemon: send it to
+// the daemon (nothing stored; also on a ring that is not joinable).
+func (r *ClientRing) TaskDone() Result {
+	if !r.joinable {
+		return Daemon
+	}
+	if !r.begin() {
+		return Daemon
+	}
+	step(31)
+	if r.unfinished(atomic.LoadUint64(r.word(ringOffTail))) == 0 {
+		r.latchFree(false)
+		return Busy
+	}
+	idx := r.slot
+	if atomic.LoadUint32(r.owed(idx)) == 0 {
+		idx = RingSlots // none owes: the done word alone
+		for i := uint64(0); i < RingSlots; i++ {
+			if atomic.LoadUint32(r.owed(i)) != 0 {
+				idx = i
+				break
+			}
+		}
+	}
+	done := atomic.LoadUint64(r.word(ringOffDone)) + 1
+	if idx < RingSlots {
+		r.journal(RingJournalDone, done, idx, atomic.LoadUint32(r.owed(idx))-1)
+	}
+	step(32)
+	if !r.latchOurs() {
+		return Daemon // taken over: nothing committed
+	}
+	atomic.StoreUint64(r.word(ringOffDone), done)
+	step(33)
+	if idx < RingSlots {
+		o := r.owed(idx)
+		atomic.StoreUint32(o, atomic.LoadUint32(o)-1)
+		atomic.StoreUint64(r.word(ringOffJOp), 0)
+	}
+	r.latchFree(true)
+	return OK
+}
+
+// Join waits at most d (0: not at all) until a JoinableQueue has no
+// unfinished task, registered as a waiter (RingWaitJoin) and asleep on seq,
+// which every task_done bumps. OK: none unfinished; Busy: some still at the
+// deadline; Daemon: ask the daemon (also on a ring that is not joinable).
+// It takes nothing, however it ends.
+func (r *ClientRing) Join(d time.Duration) Result {
+	if !r.joinable {
+		return Daemon
+	}
+	var deadline time.Time
+	for {
+		if !r.begin() {
+			return Daemon
+		}
+		if r.unfinished(atomic.LoadUint64(r.word(ringOffTail))) == 0 {
+			r.latchFree(false)
+			return OK
+		}
+		if d <= 0 {
+			r.latchFree(false)
+			return Busy
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(d)
+		}
+		if !r.sleep(RingWaitJoin, deadline) {
+			return Busy
+		}
+	}
 }

@@ -12,10 +12,16 @@ import (
 // clientOf maps r as a client of slot does, from the ring's descriptor.
 func clientOf(t *testing.T, r *Ring, slot uint32) *ClientRing {
 	t.Helper()
+	return clientOfKind(t, r, slot, false)
+}
+
+// clientOfKind is clientOf for a JoinableQueue's ring when joinable.
+func clientOfKind(t *testing.T, r *Ring, slot uint32, joinable bool) *ClientRing {
+	t.Helper()
 	var c *ClientRing
 	err := r.WithFD(func(fd int) error {
 		var err error
-		c, err = OpenRing(fd, r.Size(), r.Capacity(), r.Inline(), r.Maxsize(), slot)
+		c, err = OpenRing(fd, r.Size(), r.Capacity(), r.Inline(), r.Maxsize(), slot, joinable)
 		return err
 	})
 	if err != nil {
@@ -286,13 +292,161 @@ func TestClientRingWaitWokenByDaemon(t *testing.T) {
 func TestOpenRingChecksLayout(t *testing.T) {
 	r := newTestRing(t, 0)
 	for name, f := range map[string]func(fd int) error{
-		"capacity":  func(fd int) error { _, err := OpenRing(fd, r.Size(), 8192, 1024, 0, 1); return err },
-		"size":      func(fd int) error { _, err := OpenRing(fd, r.Size()+4096, 4096, 1024, 0, 1); return err },
-		"inline":    func(fd int) error { _, err := OpenRing(fd, r.Size(), 4096, 2048, 0, 1); return err },
-		"slot zero": func(fd int) error { _, err := OpenRing(fd, r.Size(), 4096, 1024, 0, 0); return err },
+		"capacity":  func(fd int) error { _, err := OpenRing(fd, r.Size(), 8192, 1024, 0, 1, false); return err },
+		"size":      func(fd int) error { _, err := OpenRing(fd, r.Size()+4096, 4096, 1024, 0, 1, false); return err },
+		"inline":    func(fd int) error { _, err := OpenRing(fd, r.Size(), 4096, 2048, 0, 1, false); return err },
+		"slot zero": func(fd int) error { _, err := OpenRing(fd, r.Size(), 4096, 1024, 0, 0, false); return err },
+		// a JoinableQueue's client needs an owed entry
+		"joinable slot": func(fd int) error { _, err := OpenRing(fd, r.Size(), 4096, 1024, 0, RingSlots, true); return err },
 	} {
 		if err := r.WithFD(f); err == nil {
 			t.Fatalf("%s: a wrong layout was accepted", name)
 		}
+	}
+}
+
+// joinWords reads the JoinableQueue words of r's header: the journal op and
+// the done word.
+func joinWords(r *Ring) (journal, done uint64) {
+	return r.TestWord(ringOffJOp), r.TestWord(ringOffDone)
+}
+
+// On a JoinableQueue's ring a client's get raises its own owed entry (the
+// journal cleared after), TaskDone pays its own debt first, else the first
+// owing entry's, and one too many stores nothing; Join answers at once
+// whether tasks are unfinished, and a waiting Join registers as a join
+// waiter and is woken by the last TaskDone. A Queue's client leaves both
+// to the daemon.
+func TestClientRingJoinableCounts(t *testing.T) {
+	r := newTestRing(t, 0)
+	c5 := clientOfKind(t, r, 5, true)
+	c7 := clientOfKind(t, r, 7, true)
+	for i := 0; i < 3; i++ {
+		if res := c5.Put([]byte{byte(i)}, 0); res != OK {
+			t.Fatalf("put %d: %v", i, res)
+		}
+	}
+	if n := r.UnfinishedNow(); n != 3 {
+		t.Fatalf("unfinished %d after 3 puts", n)
+	}
+	for i := 0; i < 2; i++ {
+		if _, res := clientGet(t, c5, 0); res != OK {
+			t.Fatalf("get %d: %v", i, res)
+		}
+	}
+	if j, _ := joinWords(r); r.Owed(5) != 2 || j != 0 {
+		t.Fatalf("after 2 gets: owed %d, journal %#x", r.Owed(5), j)
+	}
+	if res := c7.TaskDone(); res != OK || r.Owed(5) != 1 || r.UnfinishedNow() != 2 {
+		t.Fatalf("task_done by a slot that owes nothing: %v, owed %d, unfinished %d", res, r.Owed(5), r.UnfinishedNow())
+	}
+	if _, res := clientGet(t, c7, 0); res != OK || r.Owed(7) != 1 {
+		t.Fatalf("get by slot 7: %v, owed %d", res, r.Owed(7))
+	}
+	if res := c7.TaskDone(); res != OK || r.Owed(7) != 0 || r.Owed(5) != 1 {
+		t.Fatalf("task_done pays its own debt first: %v, owed 7: %d, 5: %d", res, r.Owed(7), r.Owed(5))
+	}
+	if res := c5.Join(0); res != Busy {
+		t.Fatalf("join with one unfinished: %v", res)
+	}
+	if res := c5.TaskDone(); res != OK || r.Owed(5) != 0 || r.UnfinishedNow() != 0 {
+		t.Fatalf("last task_done: %v, owed %d, unfinished %d", res, r.Owed(5), r.UnfinishedNow())
+	}
+	if res := c5.Join(0); res != OK {
+		t.Fatalf("join with none unfinished: %v", res)
+	}
+	_, done := joinWords(r)
+	seq := r.Seq()
+	if res := c7.TaskDone(); res != Busy {
+		t.Fatalf("one task_done too many: %v", res)
+	}
+	if j, d := joinWords(r); j != 0 || d != done || r.Seq() != seq || r.TestWord(RingOffLatch) != 0 {
+		t.Fatalf("a refused task_done stored something: journal %#x, done %d (was %d), seq %d (was %d)", j, d, done, r.Seq(), seq)
+	}
+
+	// A waiting Join is woken by the last task_done.
+	if res := c7.Put([]byte("x"), 0); res != OK {
+		t.Fatal(res)
+	}
+	joined := make(chan Result, 1)
+	go func() {
+		for {
+			if res := c5.Join(time.Second); res != Busy {
+				joined <- res
+				return
+			}
+		}
+	}()
+	end := time.Now().Add(10 * time.Second)
+	for r.Waiting() != 1 {
+		if time.Now().After(end) {
+			t.Fatal("the joiner never slept")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if w := r.Waiters(); len(w) != 1 || w[0].Slot != 5 || w[0].Op != RingWaitJoin {
+		t.Fatalf("waiter table %+v", w)
+	}
+	if _, res := clientGet(t, c7, 0); res != OK {
+		t.Fatal(res)
+	}
+	select {
+	case res := <-joined:
+		t.Fatalf("join returned %v with the item got, not done", res)
+	default:
+	}
+	if res := c7.TaskDone(); res != OK {
+		t.Fatal(res)
+	}
+	select {
+	case res := <-joined:
+		if res != OK {
+			t.Fatalf("woken join: %v", res)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the joiner was not woken")
+	}
+
+	q := clientOf(t, r, 9) // not joinable: the daemon's
+	if res := q.TaskDone(); res != Daemon {
+		t.Fatalf("task_done by a Queue's client: %v", res)
+	}
+	if res := q.Join(0); res != Daemon {
+		t.Fatalf("join by a Queue's client: %v", res)
+	}
+}
+
+// The unfinished count is kept mod 2^24: a put that would bring it to
+// RingMaxUnfinished waits as on a full queue (Busy without waiting), and
+// goes in once a task is done.
+func TestClientRingJoinableUnfinishedBound(t *testing.T) {
+	r := newTestRing(t, 0)
+	c := clientOfKind(t, r, 3, true)
+	if !r.Lock(never) {
+		t.Fatal("lock")
+	}
+	r.AddDone(-int64(RingMaxUnfinished - 1)) // as if that many were put and never done
+	r.Unlock(false)
+	if res := c.Put([]byte("a"), 0); res != OK {
+		t.Fatalf("put up to the bound: %v", res)
+	}
+	if n := r.UnfinishedNow(); n != RingMaxUnfinished {
+		t.Fatalf("unfinished %d", n)
+	}
+	tail := r.TestWord(RingOffTail)
+	if res := c.Put([]byte("b"), 0); res != Busy || r.TestWord(RingOffTail) != tail {
+		t.Fatalf("put past the bound: %v", res)
+	}
+	if res := c.Put([]byte("b"), 5*time.Millisecond); res != Busy {
+		t.Fatalf("waiting put past the bound: %v", res)
+	}
+	if _, res := clientGet(t, c, 0); res != OK {
+		t.Fatal(res)
+	}
+	if res := c.TaskDone(); res != OK {
+		t.Fatal(res)
+	}
+	if res := c.Put([]byte("b"), 0); res != OK {
+		t.Fatalf("put after a task_done: %v", res)
 	}
 }

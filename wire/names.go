@@ -130,6 +130,7 @@ const (
 	ArgVersion  = "version"
 	ArgLimit    = "limit"
 	ArgSize     = "size"
+	ArgTasks    = "tasks" // queue_attach: the client keeps a JoinableQueue's task counts in its ring
 	// ArgRun, on any request, is the daemon run id under which the client
 	// got the state the request acts on (a lock it acquired); a daemon of
 	// another run answers server_restarted and does nothing.

@@ -7,16 +7,21 @@
 //	interop objects P       read and write P-value, P-dict, P-list and P-ns
 //	interop ring Q G P      on the fast path: get G items from queue Q, then put P
 //	                        items back (go-0, 1, go-2, ..., then every Pickle got)
+//	interop jring Q N       on the fast path, JoinableQueue Q: get N items, then,
+//	                        once a line comes on stdin, mark N tasks done (see jring)
 package main
 
 import (
+	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
 	"time"
 
 	"github.com/syncmgr/syncmgr/proxy"
+	"github.com/syncmgr/syncmgr/wire"
 )
 
 func main() {
@@ -30,7 +35,7 @@ func run(args []string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var opts []proxy.Option
-	if len(args) > 0 && args[0] == "ring" {
+	if len(args) > 0 && (args[0] == "ring" || args[0] == "jring") {
 		opts = append(opts, proxy.WithFastPath())
 	}
 	c, err := proxy.DialEnv(ctx, opts...)
@@ -67,8 +72,10 @@ func run(args []string) error {
 		return objects(ctx, c, args[1])
 	case len(args) == 4 && args[0] == "ring":
 		return ring(ctx, c, args[1], args[2], args[3])
+	case len(args) == 3 && args[0] == "jring":
+		return jring(ctx, c, args[1], args[2])
 	}
-	return fmt.Errorf("usage: interop echo IN OUT N | interop objects PREFIX | interop ring Q GETS PUTS")
+	return fmt.Errorf("usage: interop echo IN OUT N | interop objects PREFIX | interop ring Q GETS PUTS | interop jring Q N")
 }
 
 func show(what string, v any, err error) error {
@@ -191,5 +198,63 @@ func ring(ctx context.Context, c *proxy.Client, name, gets, puts string) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// jring works on a JoinableQueue with the Go client's fast path (when the
+// environment allows it), printing one line per step for the Python side:
+// "fast=.. ring=..", each of the n items it gets, "got"; then, once a line
+// comes on stdin (Python has marked Go's items done and got n items of its
+// own), "pending" after n-1 task_dones (a join must not return yet); then,
+// after another line on stdin, "joined" once the last one let Join return,
+// and "too-many" when one more task_done is refused.
+func jring(ctx context.Context, c *proxy.Client, name, count string) error {
+	n, err := strconv.Atoi(count)
+	if err != nil || n < 1 {
+		return fmt.Errorf("bad count %q", count)
+	}
+	q, err := c.JoinableQueue(ctx, name, 0)
+	if err != nil {
+		return err
+	}
+	fast, _ := c.FastPath()
+	fmt.Printf("fast=%v ring=%v\n", fast, q.FastPath())
+	for range n {
+		v, err := q.Get(ctx)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("%T %v\n", v, v)
+	}
+	fmt.Println("got")
+	in := bufio.NewReader(os.Stdin)
+	if _, err := in.ReadString('\n'); err != nil {
+		return err
+	}
+	for i := 0; i < n; i++ {
+		if i == n-1 {
+			jctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			err := q.Join(jctx)
+			cancel()
+			if !errors.Is(err, context.DeadlineExceeded) {
+				return fmt.Errorf("join with one task unfinished: %v", err)
+			}
+			fmt.Println("pending")
+			if _, err := in.ReadString('\n'); err != nil { // Python has seen its join still waiting
+				return err
+			}
+		}
+		if err := q.TaskDone(ctx); err != nil {
+			return fmt.Errorf("task_done %d: %w", i, err)
+		}
+	}
+	if err := q.Join(ctx); err != nil {
+		return fmt.Errorf("join: %w", err)
+	}
+	fmt.Println("joined")
+	if err := q.TaskDone(ctx); !errors.Is(err, &wire.Error{Code: wire.CodeValueError}) {
+		return fmt.Errorf("one task_done too many: %v", err)
+	}
+	fmt.Println("too-many")
 	return nil
 }

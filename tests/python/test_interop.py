@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -128,3 +129,65 @@ def test_queue_ring_python_and_go_fast_paths(daemon, interop):
     assert back[:-1] == [f"go-{i}" if i % 2 == 0 else i for i in range(n)]
     assert back[-1] == (1, "pickled")  # Go put back the pickle it got, untouched
     assert q.empty()
+
+
+def test_joinable_queue_python_and_go_fast_paths(daemon, interop):
+    """Python and Go on one JoinableQueue's ring, each with its own fast path
+    (both off with SYNCMGR_FASTPATH=0): Go gets and Python marks the tasks
+    done, then Python gets and Go marks them done; join returns exactly when
+    the last is done, on either side, and one task_done too many is refused
+    on either side."""
+    m = syncmgr.connect(daemon.address, daemon.key)
+    jq = m.JoinableQueue(name="jring-mixed")
+    fast = _fast.enabled_by_env()
+    if fast:
+        assert _fast.active(jq), _fast.reasons
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/"),
+           "SYNCMGR_ADDRESS": daemon.address, "SYNCMGR_AUTHKEY": daemon.key.hex(),
+           "SYNCMGR_FASTPATH": os.environ.get("SYNCMGR_FASTPATH", "1")}
+    n = 50
+    for i in range(n):
+        jq.put(i)
+    go = subprocess.Popen([interop, "jring", "jring-mixed", str(n)], env=env, stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    joined: list[bool] = []
+    try:
+        assert go.stdout is not None and go.stdin is not None
+        first = go.stdout.readline().strip()
+        assert first == f"fast={str(fast).lower()} ring={str(fast).lower()}", first
+        lines = [go.stdout.readline().rstrip("\n") for _ in range(n + 1)]
+        assert lines == [f"int64 {i}" for i in range(n)] + ["got"]
+        # Go got every item; Python owes nothing, so its task_done pays Go's debts.
+        assert jq.join(timeout=0.05) is False
+        for i in range(n):
+            if i == n - 1:
+                assert jq.join(timeout=0.05) is False  # never early
+            jq.task_done()
+        assert jq.join(timeout=30) is True
+        # The other way: Python gets, Go marks done, a Python join waits for it.
+        sent = [f"py-{i}" for i in range(n)]
+        for v in sent:
+            jq.put(v)
+        assert [jq.get(timeout=30) for _ in range(n)] == sent
+        t = threading.Thread(target=lambda: joined.append(jq.join(timeout=60)))
+        t.start()
+        go.stdin.write("go\n")
+        go.stdin.flush()
+        assert go.stdout.readline().strip() == "pending"  # Go waits before its last task_done
+        assert jq.join(timeout=0.05) is False and joined == []  # one task still unfinished
+        go.stdin.write("last\n")
+        go.stdin.flush()
+        assert go.stdout.readline().strip() == "joined"
+        t.join(30)
+        assert joined == [True]
+        assert go.stdout.readline().strip() == "too-many"
+        go.wait(timeout=60)
+        err = go.stderr.read() if go.stderr else ""
+    finally:
+        if go.poll() is None:
+            go.kill()
+            go.wait()
+    assert go.returncode == 0, err
+    with pytest.raises(ValueError):
+        jq.task_done()
+    assert jq.empty()
