@@ -32,7 +32,7 @@ func opQueueAttach(c *conn, id uint64, a wire.Args) (any, manager.Grant, error) 
 	// (the debts and journal of docs/protocol.md): one that did not would
 	// get items nobody owes, and a join would wait for ever on a dead
 	// consumer's.
-	tasks, err := a.Bool("tasks", false)
+	tasks, err := a.Bool(wire.ArgTasks, false)
 	if err != nil {
 		return nil, manager.Grant{}, err
 	}
