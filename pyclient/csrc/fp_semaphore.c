@@ -28,18 +28,21 @@ static uint64_t latched(uint64_t x) { return (x >> LATCH_SHIFT) & MASK_LOW; }
  * milliseconds, and an op sent to the daemon that finds no unit free queues
  * there and sets the daemon bit, which sends every op of every process to
  * the socket for as long as anyone is queued (32 processes on one
- * Semaphore(1) on 2 cores: 1,000x slower). So a blocking op waits 50 ms;
- * a non-blocking acquire, which must answer at once, 2 ms (a timed one the
- * smaller of 50 ms and its timeout, at least 2 ms). A stopped holder, or a
- * latch no live session holds, is the daemon's to judge, which honours the
- * op's deadline. */
+ * Semaphore(1) on 2 cores: 1,000x slower). 50 ms was not enough: with 32
+ * processes on 2 CPUs a preempted holder can be off the CPU for longer. So
+ * an acquire waits for the latch in shared memory as long as it would wait
+ * for a unit: a blocking one for ever (a dead holder's latch is freed at its
+ * session's end, a latch naming no live session by the daemon's sweeper
+ * within a second), a timed one its timeout (then the daemon answers with
+ * what is left: nothing), a non-blocking one 2 ms. A release waits 50 ms,
+ * then goes to the daemon (a release never queues there). */
 #define LATCH_GRACE 0.05
 #define LATCH_GRACE_NOW 0.002
 
 static double latch_grace(double timeout) {
     if (timeout < 0)
-        return LATCH_GRACE;
-    return timeout < LATCH_GRACE_NOW ? LATCH_GRACE_NOW : timeout < LATCH_GRACE ? timeout : LATCH_GRACE;
+        return 1e18; /* for ever: the daemon frees a dead holder's latch at its session's end, the sweeper a stray one */
+    return timeout < LATCH_GRACE_NOW ? LATCH_GRACE_NOW : timeout;
 }
 
 /* Waits for the latch seen in x to be let go: a few reads, then a futex

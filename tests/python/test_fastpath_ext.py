@@ -15,6 +15,7 @@ import os
 import signal
 import struct
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 
@@ -365,19 +366,30 @@ def test_semaphore(seg: fp.Segment, seg_path: str) -> None:
 
 
 def test_semaphore_latch_is_waited_out(seg: fp.Segment, seg_path: str) -> None:
-    # Another session's op is in flight (its latch set): even a call that
-    # must not wait for units waits the latch out, a little, then finds the
-    # unit. A latch held longer (a stopped holder, a stray store) sends the
-    # op to the daemon at once, whatever its timeout: the daemon judges
-    # the latch and honours the deadline.
-    for timeout in (0, 0.3, -1):
+    # Another session's op is in flight (its latch set). An acquire waits for
+    # the latch as long as it would wait for a unit: a non-blocking one 2 ms,
+    # a timed one its timeout, then the daemon answers (with the time left);
+    # a blocking one until the latch is let go (a dead holder's by the
+    # daemon at its session's end, a stray one by its sweeper), never by
+    # sending the op to the daemon, where it would queue and send everyone
+    # to the socket.
+    for timeout in (0, 0.3):
         set_sem(seg_path, 1 | 9 << LATCH_SHIFT)
         t0 = time.monotonic()
         assert seg.sem_acquire(SEM, 3, 0, timeout) == fp.DAEMON
-        assert time.monotonic() - t0 < 0.25, "waited for a held latch past the grace"
+        assert time.monotonic() - t0 < timeout + 0.25, "waited for a held latch past the op's timeout"
         assert seg.sem_taken(SEM, 3) == 0
         set_sem(seg_path, 1 | 9 << LATCH_SHIFT)
         assert seg.sem_release(SEM, 3) == fp.DAEMON  # no units of its own: the daemon's anyway
+    set_sem(seg_path, 1 | 9 << LATCH_SHIFT)
+    freer = threading.Timer(0.3, set_sem, (seg_path, 1))  # the holder's op ends: latch free, unit there
+    freer.start()
+    t0 = time.monotonic()
+    assert seg.sem_acquire(SEM, 3, 0, -1) == fp.OK  # waited in shared memory, not sent to the daemon
+    assert time.monotonic() - t0 >= 0.25
+    freer.join()
+    assert seg.sem_taken(SEM, 3) == 1
+    seg.sem_release(SEM, 3)
     set_sem(seg_path, 1)
     assert seg.sem_acquire(SEM, 3, 0, 0) == fp.OK
     assert seg.state(SEM) == 0 and seg.sem_taken(SEM, 3) == 1
