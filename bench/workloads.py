@@ -372,6 +372,10 @@ def _e2e_explorer(rb: Any, barrier: Any, duration: float, seed: int, conn: Any) 
         batch = {"obs": rng.normal(size=(E2E_BATCH, 4)), "act": rng.integers(0, 2, size=(E2E_BATCH, 1)),
                  "rew": rng.normal(size=(E2E_BATCH, 1)), "next_obs": rng.normal(size=(E2E_BATCH, 4)),
                  "done": np.zeros((E2E_BATCH, 1))}
+        # One add before the clock starts, as in bench/cpprb_bench.py: a
+        # learner that samples before any add has finished can deadlock
+        # with cpprb's own protocol (docs/benchmarks.md), on any ctx.
+        rb.add(**batch)
         barrier.wait(timeout=120)
         deadline = time.monotonic() + duration
         added = 0
