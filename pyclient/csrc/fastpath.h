@@ -172,6 +172,13 @@ int sem_release_core(Segment *s, uint64_t *w, uint64_t slot);
 /* fp_queue.c: the Ring type and the module functions of queues */
 int queue_add_types(PyObject *m);
 
+/* fp_scalar.c: plain scalars as the socket path stores them (0xC1 + msgpack).
+ * encode_scalar: o's header into hdr (at most 10 bytes) and *body at its
+ * bytes; 1 done, 0 not a plain scalar (Python encodes it), -1 an exception.
+ * decode_scalar: NULL without an exception when p is anything else. */
+int encode_scalar(PyObject *o, unsigned char *hdr, uint64_t *nh, const void **body, uint64_t *nb);
+PyObject *decode_scalar(const unsigned char *p, uint64_t n);
+
 /* Segment methods, by family (the table is in fp_module.c). */
 /* fp_lock.c */
 PyObject *seg_lock_acquire(Segment *s, PyObject *const *args, Py_ssize_t nargs);

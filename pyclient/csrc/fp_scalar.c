@@ -1,0 +1,182 @@
+/* syncmgr._fastpath: plain scalars (None, bool, int, float, str, bytes of
+ * exact types) encoded and decoded as the socket path stores them (0xC1 +
+ * one msgpack object, pyclient/syncmgr/_values.py), straight into and out
+ * of a queue's ring (fp_queue.c), without Python's encoder. */
+#include "fastpath.h"
+
+#define TAG 0xC1
+
+static void be(unsigned char *p, uint64_t v, int n) {
+    for (int i = n - 1; i >= 0; i--, v >>= 8)
+        p[i] = (unsigned char)v;
+}
+
+/* A msgpack str 8/16/32 or bin 8/16/32 length header: code8 is the 8-bit
+ * form's code (0xd9 str, 0xc4 bin); the 16- and 32-bit forms follow it.
+ * Returns the end of the header, or NULL for a length over 2^32-1. */
+static unsigned char *len_header(unsigned char *h, uint64_t n, unsigned char code8) {
+    int w = n <= 0xff ? 1 : n <= 0xffff ? 2 : n <= 0xffffffffULL ? 4 : 0;
+    if (w == 0)
+        return NULL;
+    *h++ = (unsigned char)(code8 + (w == 1 ? 0 : w == 2 ? 1 : 2));
+    be(h, n, w);
+    return h + w;
+}
+
+static uint64_t rd_be(const unsigned char *p, int n) {
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/* Encodes o's header into hdr (at most 10 bytes) and points *body at its
+ * bytes, if any. 1: done; 0: not a plain scalar (Python encodes it); -1:
+ * an exception. */
+int encode_scalar(PyObject *o, unsigned char *hdr, uint64_t *nh, const void **body, uint64_t *nb) {
+    unsigned char *h = hdr;
+    *h++ = TAG;
+    *body = NULL;
+    *nb = 0;
+    if (o == Py_None) {
+        *h++ = 0xc0;
+    } else if (o == Py_False || o == Py_True) {
+        *h++ = o == Py_True ? 0xc3 : 0xc2;
+    } else if (PyLong_CheckExact(o)) {
+        int overflow;
+        long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+        if (overflow > 0) {
+            unsigned long long u = PyLong_AsUnsignedLongLong(o);
+            if (u == (unsigned long long)-1 && PyErr_Occurred()) {
+                PyErr_Clear();
+                return 0; /* past 2**64: Python pickles it */
+            }
+            *h++ = 0xcf;
+            be(h, u, 8);
+            h += 8;
+        } else if (overflow < 0) {
+            return 0;
+        } else if (v == -1 && PyErr_Occurred()) {
+            return -1;
+        } else if (v >= 0 && v <= 127) {
+            *h++ = (unsigned char)v;
+        } else if (v < 0 && v >= -32) {
+            *h++ = (unsigned char)(0xe0 | (v + 32));
+        } else if (v > 0) {
+            int n = v <= 0xff ? 1 : v <= 0xffff ? 2 : v <= 0xffffffffLL ? 4 : 8;
+            *h++ = n == 1 ? 0xcc : n == 2 ? 0xcd : n == 4 ? 0xce : 0xcf;
+            be(h, (uint64_t)v, n);
+            h += n;
+        } else {
+            int n = v >= -128 ? 1 : v >= -32768 ? 2 : v >= -2147483648LL ? 4 : 8;
+            *h++ = n == 1 ? 0xd0 : n == 2 ? 0xd1 : n == 4 ? 0xd2 : 0xd3;
+            be(h, (uint64_t)v, n);
+            h += n;
+        }
+    } else if (PyFloat_CheckExact(o)) {
+        double d = PyFloat_AS_DOUBLE(o);
+        uint64_t bits;
+        memcpy(&bits, &d, 8);
+        *h++ = 0xcb;
+        be(h, bits, 8);
+        h += 8;
+    } else if (PyUnicode_CheckExact(o)) {
+        Py_ssize_t n;
+        const char *u = PyUnicode_AsUTF8AndSize(o, &n);
+        if (u == NULL) { /* lone surrogates: Python pickles it */
+            PyErr_Clear();
+            return 0;
+        }
+        if (n < 32)
+            *h++ = (unsigned char)(0xa0 | n);
+        else if ((h = len_header(h, (uint64_t)n, 0xd9)) == NULL)
+            return 0;
+        *body = u;
+        *nb = (uint64_t)n;
+    } else if (PyBytes_CheckExact(o)) {
+        Py_ssize_t n = PyBytes_GET_SIZE(o);
+        if ((h = len_header(h, (uint64_t)n, 0xc4)) == NULL)
+            return 0;
+        *body = PyBytes_AS_STRING(o);
+        *nb = (uint64_t)n;
+    } else {
+        return 0;
+    }
+    *nh = (uint64_t)(h - hdr);
+    return 1;
+}
+
+/* Decodes a record that is exactly 0xC1 + one plain scalar; NULL without an
+ * exception when it is anything else (Python decodes it). */
+PyObject *decode_scalar(const unsigned char *p, uint64_t n) {
+    if (n < 2 || p[0] != TAG)
+        return NULL;
+    unsigned char c = p[1];
+    const unsigned char *q = p + 2;
+    uint64_t left = n - 2, len;
+    if (c <= 0x7f)
+        return left == 0 ? PyLong_FromLong(c) : NULL;
+    if (c >= 0xe0)
+        return left == 0 ? PyLong_FromLong((long)(signed char)c) : NULL;
+    if ((c & 0xe0) == 0xa0) {
+        len = c & 0x1f;
+        goto str;
+    }
+    switch (c) {
+    case 0xc0:
+        if (left == 0)
+            Py_RETURN_NONE;
+        return NULL;
+    case 0xc2:
+    case 0xc3:
+        if (left != 0)
+            return NULL;
+        return PyBool_FromLong(c == 0xc3);
+    case 0xcc: case 0xcd: case 0xce: case 0xcf: {
+        int k = 1 << (c - 0xcc);
+        if (left != (uint64_t)k)
+            return NULL;
+        return PyLong_FromUnsignedLongLong(rd_be(q, k));
+    }
+    case 0xd0: case 0xd1: case 0xd2: case 0xd3: {
+        int k = 1 << (c - 0xd0);
+        if (left != (uint64_t)k)
+            return NULL;
+        uint64_t v = rd_be(q, k);
+        int sh = 64 - 8 * k;
+        return PyLong_FromLongLong((long long)(v << sh) >> sh);
+    }
+    case 0xcb: {
+        if (left != 8)
+            return NULL;
+        uint64_t bits = rd_be(q, 8);
+        double d;
+        memcpy(&d, &bits, 8);
+        return PyFloat_FromDouble(d);
+    }
+    case 0xc4: case 0xc5: case 0xc6: case 0xd9: case 0xda: case 0xdb: {
+        int k = (c == 0xc4 || c == 0xd9) ? 1 : (c == 0xc5 || c == 0xda) ? 2 : 4;
+        if (left < (uint64_t)k)
+            return NULL;
+        len = rd_be(q, k);
+        q += k;
+        left -= (uint64_t)k;
+        if (c >= 0xd9)
+            goto str;
+        if (len != left)
+            return NULL;
+        return PyBytes_FromStringAndSize((const char *)q, (Py_ssize_t)len);
+    }
+    default:
+        return NULL;
+    }
+str:
+    if (len != left)
+        return NULL;
+    {
+        PyObject *u = PyUnicode_DecodeUTF8((const char *)q, (Py_ssize_t)len, "strict");
+        if (u == NULL)
+            PyErr_Clear(); /* msgpack refuses it too: Python reports it */
+        return u;
+    }
+}
