@@ -302,11 +302,7 @@ func (q *Queue) ringTryPut(item []byte) (ok bool, err error) {
 		// one that merely finds no room waits in over (an external record
 		// sends a client's get to the daemon).
 		if ok, _ := qr.r.Fits(8); ok {
-			qr.extNext++
-			var id [8]byte
-			binary.LittleEndian.PutUint64(id[:], qr.extNext)
-			qr.ext[qr.extNext] = item
-			qr.r.Put(statemem.RecExternal, id[:])
+			qr.putExternal(item)
 			q.accepted()
 			return true, nil
 		}
@@ -359,6 +355,16 @@ func (q *Queue) ringTryGet() (item []byte, ok bool, err error) {
 	return item, true, nil
 }
 
+// putExternal keeps item in the daemon and writes the 8-byte external
+// record that names it at the tail (an 8-byte record fits; latch held).
+func (qr *queueRing) putExternal(item []byte) {
+	qr.extNext++
+	var id [8]byte
+	binary.LittleEndian.PutUint64(id[:], qr.extNext)
+	qr.ext[qr.extNext] = item
+	qr.r.Put(statemem.RecExternal, id[:])
+}
+
 // fromRecord is a record's item (nil: an external id the daemon does not
 // know). An external item leaves ext (its charge is the caller's).
 func (q *Queue) fromRecord(kind uint32, p []byte) []byte {
@@ -403,11 +409,7 @@ func (q *Queue) settle() (moved bool) {
 			if ok, _ := qr.r.Fits(8); !ok {
 				break
 			}
-			qr.extNext++
-			var id [8]byte
-			binary.LittleEndian.PutUint64(id[:], qr.extNext)
-			qr.ext[qr.extNext] = item
-			qr.r.Put(statemem.RecExternal, id[:])
+			qr.putExternal(item)
 		}
 		if q.joinable {
 			qr.r.AddDone(1) // the ring's put count sees it now
