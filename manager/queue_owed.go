@@ -259,7 +259,7 @@ func (q *Queue) ringJoin(ctx context.Context, timeout time.Duration) (bool, erro
 		if timeout == 0 {
 			return false, nil
 		}
-		if err := qr.wait(ctx, seen, deadline); err != nil {
+		if err := qr.wait(ctx, seen, deadline, nil); err != nil {
 			if err == errTimeout {
 				return false, nil
 			}

@@ -259,10 +259,11 @@ func (q *Queue) ringTryPut(item []byte) (ok bool, err error) {
 	if !qr.r.Lock(qr.gone) {
 		return false, ErrDeleted
 	}
-	moved := false
+	moved, handed := false, false
 	defer func() {
-		qr.r.UnlockQuiet(ok || moved)
-		if ok || moved {
+		changed := (ok && !handed) || moved
+		qr.r.UnlockQuiet(changed)
+		if changed {
 			qr.wakeLocal()
 		}
 	}()
@@ -275,6 +276,10 @@ func (q *Queue) ringTryPut(item []byte) (ok bool, err error) {
 	}
 	if q.joinable && qr.r.Unfinished() >= statemem.RingMaxUnfinished {
 		return false, nil // the unfinished count is at its bound: wait as on a full queue
+	}
+	if n == 0 && q.handOver(item) {
+		handed = true
+		return true, nil // a socket client's get took it: the ring did not change
 	}
 	if len(qr.over) > 0 {
 		moved = q.settle()
@@ -313,6 +318,26 @@ func (q *Queue) ringTryPut(item []byte) (ok bool, err error) {
 	}
 	q.setFlags()
 	return true, nil
+}
+
+// handOver gives item to the first of the daemon's waiting getters (a
+// socket client's blocked get), as a queue without a ring does, when the
+// queue holds nothing (so the item is the head of the FIFO): the ring is not
+// written and the getter takes it without a second look at the ring. It
+// reports whether it did so (latch held, under q.mu). A JoinableQueue
+// counts the put in its done word (unfinished is puts less done), as for an
+// item in over.
+func (q *Queue) handOver(item []byte) bool {
+	w := q.getters.front()
+	if w == nil {
+		return false
+	}
+	w.item = item
+	q.getters.grant(w)
+	if q.joinable {
+		q.ring.r.AddDone(-1)
+	}
+	return true
 }
 
 // ringTryGet removes the first item; called under q.mu.
@@ -448,11 +473,18 @@ func (q *Queue) setFlags() {
 	qr.wmu.Unlock()
 }
 
-// ringUnget puts an item back at the front (the undo of a get); a removed
-// queue's ring takes nothing.
+// ringUnget puts an item back at the front (the undo of a get), or hands
+// it to the daemon's first waiting getter (it is the head of the FIFO); a
+// removed queue's ring takes nothing.
 func (q *Queue) ringUnget(item []byte) {
 	qr := q.ring
 	if !qr.r.Lock(qr.gone) {
+		return
+	}
+	if w := q.getters.front(); w != nil {
+		w.item = item
+		q.getters.grant(w)
+		qr.r.UnlockQuiet(false)
 		return
 	}
 	defer qr.r.Unlock(true)
@@ -536,7 +568,7 @@ func (q *Queue) ringPut(ctx context.Context, item []byte, block bool, timeout ti
 		if !block || timeout == 0 {
 			return ErrFull
 		}
-		if err := qr.wait(ctx, seen, deadline); err != nil {
+		if err := qr.wait(ctx, seen, deadline, nil); err != nil {
 			if err == errTimeout {
 				return ErrFull
 			}
@@ -560,17 +592,30 @@ func (q *Queue) ringGet(ctx context.Context, block bool, timeout time.Duration) 
 		qr := q.ring
 		seen := qr.r.Seq()
 		item, ok, err := q.ringTryGet()
-		q.mu.Unlock()
-		if err != nil {
-			return nil, err
-		}
-		if ok {
-			return item, nil
-		}
-		if !block || timeout == 0 {
+		if err != nil || ok || !block || timeout == 0 {
+			q.mu.Unlock()
+			switch {
+			case err != nil:
+				return nil, err
+			case ok:
+				return item, nil
+			}
 			return nil, ErrEmpty
 		}
-		if err := qr.wait(ctx, seen, deadline); err != nil {
+		// Wait for a change of the ring (a fast client's put) or for a
+		// socket client's put handed over (handOver).
+		w := newWaiter(nil, 0)
+		q.getters.push(w)
+		q.mu.Unlock()
+		err = qr.wait(ctx, seen, deadline, w.ready)
+		q.mu.Lock()
+		removed := q.getters.remove(w)
+		q.mu.Unlock()
+		if !removed { // handed an item (also when that raced with ctx: the caller owns it), or failed
+			<-w.ready
+			return w.item, w.err
+		}
+		if err != nil {
 			if err == errTimeout {
 				return nil, ErrEmpty
 			}
@@ -586,10 +631,10 @@ func (timeoutError) Error() string { return "timeout" }
 var errTimeout error = timeoutError{}
 
 // wait returns when the ring's seq moves from seen (or may have: spurious
-// returns are fine, callers retry), at the deadline (errTimeout; zero: none)
-// or when ctx ends. One watcher goroutine per ring sleeps on the futex for
+// returns are fine, callers retry), when ready closes (nil: never), at the
+// deadline (errTimeout; zero: none) or when ctx ends. One watcher goroutine per ring sleeps on the futex for
 // all the daemon's waiters.
-func (qr *queueRing) wait(ctx context.Context, seen uint32, deadline time.Time) error {
+func (qr *queueRing) wait(ctx context.Context, seen uint32, deadline time.Time, ready <-chan struct{}) error {
 	qr.wmu.Lock()
 	ch := qr.wch
 	qr.wn++
@@ -618,6 +663,8 @@ func (qr *queueRing) wait(ctx context.Context, seen uint32, deadline time.Time) 
 	}
 	select {
 	case <-ch:
+		return nil
+	case <-ready: // nil: never
 		return nil
 	case <-tc:
 		return errTimeout

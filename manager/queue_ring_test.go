@@ -290,3 +290,61 @@ func waitFor(cond func() bool) bool {
 	}
 	return cond()
 }
+
+// A put through the daemon while a socket client's get waits on an empty
+// ring is handed to that getter, as on a queue without a ring: the ring is
+// not written (its seq does not move). A JoinableQueue counts the handed
+// item as unfinished. An undone get hands its item to a waiting getter too.
+// A getter that timed out takes nothing: the next put goes into the ring.
+func TestQueueRingHandsPutsToWaitingGetters(t *testing.T) {
+	for _, kind := range []Kind{KindQueue, KindJoinableQueue} {
+		t.Run(string(kind), func(t *testing.T) {
+			m, _ := fastManager(t)
+			s := newSession(t, m)
+			q := create[*Queue](t, m, s, kind, "hand", Params{})
+			r := q.Ring()
+			ctx := testCtx(t)
+			for i, put := range []func(it []byte) error{
+				func(it []byte) error { return q.Put(ctx, it, false, 0) },
+				q.Unget,
+			} {
+				ch := async(func() ([]byte, error) { return q.Get(ctx, true, Forever) })
+				waitWaiters(t, q, 1)
+				seq := r.Seq()
+				if err := put(item(i)); err != nil {
+					t.Fatal(err)
+				}
+				if got := recv(t, ch); got.err != nil || string(got.v) != string(item(i)) {
+					t.Fatalf("waiting get: %q %v, want %q", got.v, got.err, item(i))
+				}
+				if n, _ := r.Peek(); r.Seq() != seq || n != 0 || r.Flags() != 0 || q.Len() != 0 {
+					t.Fatalf("after a hand-over: seq %d (was %d), %d records, flags %#x, len %d", r.Seq(), seq, n, r.Flags(), q.Len())
+				}
+			}
+			if kind == KindJoinableQueue {
+				if u := q.Unfinished(); u != 1 { // the put counts; the undone get's item was counted when it was put
+					t.Fatalf("unfinished %d after one handed put, want 1", u)
+				}
+				if err := q.TaskDoneBy(s); err != nil {
+					t.Fatal(err)
+				}
+				if ok, err := q.Join(ctx, 0); !ok || err != nil {
+					t.Fatalf("join: %v %v", ok, err)
+				}
+			}
+			if _, err := q.Get(ctx, true, 10*time.Millisecond); err != ErrEmpty {
+				t.Fatalf("timed get: %v", err)
+			}
+			waitWaiters(t, q, 0)
+			if err := q.Put(ctx, []byte("kept"), false, 0); err != nil {
+				t.Fatal(err)
+			}
+			if n, _ := r.Peek(); n != 1 {
+				t.Fatalf("a put after the getter timed out: %d records in the ring, want 1", n)
+			}
+			if got, ok := ringClientGet(t, r); !ok || string(got) != "kept" {
+				t.Fatalf("client get %q %v", got, ok)
+			}
+		})
+	}
+}
