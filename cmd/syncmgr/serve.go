@@ -21,6 +21,7 @@ import (
 
 	"github.com/syncmgr/syncmgr/auth"
 	"github.com/syncmgr/syncmgr/internal/fsafe"
+	"github.com/syncmgr/syncmgr/internal/gcfloor"
 	"github.com/syncmgr/syncmgr/manager"
 	"github.com/syncmgr/syncmgr/server"
 	"github.com/syncmgr/syncmgr/shmregistry"
@@ -63,6 +64,7 @@ func runServe(ctx context.Context, args []string) error {
 		fastObjects   = fs.Int("fastpath-objects", 16384, "objects whose state the fast path's segment holds (64 bytes each); others stay on the socket path")
 		ringBytes     = fs.Int64("queue-ring-bytes", manager.DefaultQueueRingBytes, "data bytes of each Queue's shared ring on the fast path: a power of two from 64 KiB to 1 GiB; memory is used only as items touch it, and items over a quarter of it go through the daemon")
 		shmLimit      = fs.String("shm-limit", "50%", "cap on all segments together: bytes (with K, M, G suffix) or a percentage of --shm-dir's size")
+		gcFloor       = fs.Int64("gc-floor", 32<<20, "bytes the daemon's heap may grow by before the Go collector runs, however small the live heap (large queue items are garbage once delivered; GOGC applies above it, GOMEMLIMIT still bounds it; 0: GOGC alone)")
 	)
 	mflags := addMetricsFlags(fs)
 	fs.Usage = func() {
@@ -106,6 +108,10 @@ func runServe(ctx context.Context, args []string) error {
 	if *maxFrame < 1024 || *maxFrame > 1<<30 {
 		return fmt.Errorf("%w: --max-frame must be between 1024 and 1 GiB", errUsage)
 	}
+	if *gcFloor < 0 || *gcFloor > 1<<40 {
+		return fmt.Errorf("%w: --gc-floor must be between 0 and 1 TiB", errUsage)
+	}
+	defer gcfloor.Start(uint64(*gcFloor))()
 	if *ringBytes < 64<<10 || *ringBytes > 1<<30 || *ringBytes&(*ringBytes-1) != 0 {
 		return fmt.Errorf("%w: --queue-ring-bytes must be a power of two from 64 KiB to 1 GiB", errUsage)
 	}
