@@ -63,8 +63,23 @@ func TestReadBodyAsItArrives(t *testing.T) {
 	if got := after.TotalAlloc - before.TotalAlloc; got > 4<<20 {
 		t.Fatalf("allocated %d bytes for 10 arrived", got)
 	}
-	body, err := ReadBodyAsItArrives(bytes.NewReader(bytes.Repeat([]byte{7}, 3<<20+5)), 3<<20+5)
-	if err != nil || len(body) != 3<<20+5 || body[len(body)-1] != 7 {
-		t.Fatalf("full body: %d bytes, %v", len(body), err)
+	for _, c := range []struct {
+		n     int
+		alloc uint64 // at most, bytes
+	}{
+		{3<<20 + 5, 6<<20 + 64<<10},   // 1 MiB, 2 MiB, then the whole (a quarter over 2 MiB is 2.5 MiB)
+		{1<<20 + 300, 1<<20 + 64<<10}, // a 1 MiB item and its envelope: the whole at once, no copy
+		{5 << 20, 8<<20 + 64<<10},     // 1, 2, then the whole (at most a quarter over 4 MiB)
+	} {
+		want := bytes.Repeat([]byte{7}, c.n)
+		runtime.ReadMemStats(&before)
+		body, err := ReadBodyAsItArrives(bytes.NewReader(want), uint32(c.n))
+		runtime.ReadMemStats(&after)
+		if err != nil || !bytes.Equal(body, want) {
+			t.Fatalf("full body of %d: %d bytes, %v", c.n, len(body), err)
+		}
+		if got := after.TotalAlloc - before.TotalAlloc; got > c.alloc {
+			t.Fatalf("a body of %d bytes allocated %d, want at most %d", c.n, got, c.alloc)
+		}
 	}
 }

@@ -63,11 +63,14 @@ func ReadBody(r io.Reader, n uint32) ([]byte, error) {
 
 // ReadBodyAsItArrives is ReadBody for untrusted peers: memory follows the
 // bytes that arrive, not the declared length, so a header announcing 64 MiB
-// followed by silence costs 1 MiB, not 64. (The price is a few copies while
-// a large body grows.)
+// followed by silence costs 1 MiB, not 64. The buffer doubles as it fills,
+// and takes the whole length at once when that is at most a quarter more
+// than the next size: a body of a power-of-two item and its envelope (1 MiB
+// and a few bytes) is read with no copy, not into 1 MiB grown by a copy.
+// (The price of a larger body is a few copies while it grows.)
 func ReadBodyAsItArrives(r io.Reader, n uint32) ([]byte, error) {
 	const step = 1 << 20
-	body := make([]byte, min(n, step))
+	body := make([]byte, bodyStep(step, n))
 	got := 0
 	for {
 		m, err := io.ReadFull(r, body[got:])
@@ -81,10 +84,19 @@ func ReadBodyAsItArrives(r io.Reader, n uint32) ([]byte, error) {
 			}
 			return nil, fmt.Errorf("read frame body: %w", err)
 		}
-		grown := make([]byte, min(int(n), 2*len(body)))
+		grown := make([]byte, bodyStep(2*len(body), n))
 		copy(grown, body)
 		body = grown
 	}
+}
+
+// bodyStep is the next buffer size for a body of n bytes: size, or n when n
+// is at most a quarter more.
+func bodyStep(size int, n uint32) int {
+	if int(n) <= size+size/4 {
+		return int(n)
+	}
+	return size
 }
 
 // WriteFrame writes body as one frame with a single Write call.
