@@ -33,7 +33,7 @@ from typing import Any, Optional
 import msgpack
 
 from . import exceptions as exc
-from ._framing import HEADER, bin_reply, check_size, encode_request, frame, packb, sendmsg_all
+from ._framing import HEADER, ITEM_ALIGN, bin_reply, bin_start, check_size, encode_request, frame, packb, sendmsg_all
 
 _log = logging.getLogger("syncmgr")
 _log.addHandler(logging.NullHandler())
@@ -389,9 +389,14 @@ class Connection:
         self._rend += k
 
     def _recv_frame(self, limit: int) -> Any:
-        """One frame body. A frame that fits the receive buffer costs one recv
-        (usually together with its header); a larger one is read straight
-        into its own buffer."""
+        """One frame body, as a memoryview. A frame that fits the receive
+        buffer costs one recv (usually together with its header) and is a
+        view of that buffer, valid until the next read; a larger one is read
+        straight into a buffer of its own, placed so that the item of a
+        one-item reply (bin_start) starts at a multiple of ITEM_ALIGN bytes
+        past the buffer's start: the out-of-band buffers of an item
+        (_values: numpy arrays) then lie as aligned as in the bytearray of a
+        fast-path get."""
         while self._rend - self._rstart < 4:
             self._fill()
         (n,) = HEADER.unpack_from(self._rbuf, self._rstart)
@@ -404,9 +409,10 @@ class Connection:
             body = self._rview[self._rstart:self._rstart + n]
             self._rstart += n
             return body
-        body = bytearray(n)
-        view = memoryview(body)
         have = self._rend - self._rstart
+        item = bin_start(self._rview[self._rstart:self._rend])
+        pad = 0 if item is None else -item[1] % ITEM_ALIGN
+        view = memoryview(bytearray(pad + n))[pad:]
         view[:have] = self._rview[self._rstart:self._rend]
         self._rstart = self._rend = 0
         while have < n:
@@ -414,7 +420,7 @@ class Connection:
             if k == 0:
                 raise exc.ServerGoneError(f"syncmgr at {self.address} closed the connection")
             have += k
-        return body
+        return view
 
     def send_requests(self, frames: list[list[Any]]) -> None:
         flat = [b for f in frames for b in f]
@@ -422,7 +428,7 @@ class Connection:
 
     def recv_reply(self) -> tuple[int, Any, Any]:
         body = self._recv_frame(self.max_frame + 4096)
-        if isinstance(body, bytearray):  # a large frame in a buffer of its own (never reused)
+        if body.obj is not self._rbuf:  # a large frame in a buffer of its own (never reused)
             fast = bin_reply(body)
             if fast is not None:
                 return fast

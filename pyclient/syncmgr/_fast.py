@@ -704,19 +704,14 @@ class _QueueHandle(_Handle):
                 # Large buffers (numpy arrays) go out of band: gathered by
                 # the extension straight into the ring record, one copy.
                 parts = _dumps_parts(item)
-                if len(parts) == 1:
-                    data = parts[0]
-                    r = self.ring.put(data, t)
-                else:
-                    data = None
-                    r = self.ring.put_parts(parts, t)
+                r = self.ring.put(parts[0], t) if len(parts) == 1 else self.ring.put_parts(parts, t)
                 if r == OK:
                     return
                 if r == BUSY:
                     raise exc.Full()
                 p = self.proxy()
                 if p is not None and p.__dict__.get("_fast") is self:  # not pickled twice
-                    p._put_encoded(b"".join(parts) if data is None else data, block, timeout)  # type: ignore[attr-defined]
+                    p._put_encoded(parts, block, timeout)  # type: ignore[attr-defined]
                     return
             elif r is _QEMPTY:
                 raise exc.Full()

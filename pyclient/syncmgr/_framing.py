@@ -34,6 +34,9 @@ HEADER = struct.Struct(">I")
 # Blobs smaller than this are packed into the frame; larger ones are sent as
 # a buffer of their own, without a copy.
 INLINE_BLOB = 16 << 10
+# Where a large reply's item starts in the buffer it is read into: a
+# multiple of this many bytes past the buffer's start (_values._OOB_ALIGN).
+ITEM_ALIGN = 64
 
 Frame = list[Any]
 """A frame as a list of buffers; the first starts with the 4-byte header."""
@@ -66,11 +69,17 @@ def check_size(f: Frame, max_frame: int, what: str) -> None:
 def encode_request(rid: int, op: str, args: dict[str, Any], blob_key: Optional[str] = None,
                    blob: Any = None) -> Frame:
     """A request frame as a list of buffers. A large ``blob`` (an item or a
-    value) is not copied into the frame: it is sent as its own buffer."""
-    if blob_key is not None and len(blob) < INLINE_BLOB:
-        args = dict(args)
-        args[blob_key] = bytes(blob)
-        blob_key = None
+    value) is not copied into the frame: it is sent as its own buffer, or as
+    its pieces when it is a list of buffers to concatenate (an item's
+    out-of-band encoding, _values.dumps_parts: a numpy array's memory goes
+    to the socket as it is)."""
+    pieces = blob if isinstance(blob, list) else [blob]
+    if blob_key is not None:
+        size = sum(memoryview(b).nbytes for b in pieces)
+        if size < INLINE_BLOB:
+            args = dict(args)
+            args[blob_key] = b"".join(pieces) if isinstance(blob, list) else bytes(blob)
+            blob_key = None
     if blob_key is None:
         body = packb([rid, op, args])
         return [HEADER.pack(len(body)) + body]
@@ -81,7 +90,6 @@ def encode_request(rid: int, op: str, args: dict[str, Any], blob_key: Optional[s
         parts.append(packb(k))
         parts.append(packb(v))
     parts.append(packb(blob_key))
-    size = memoryview(blob).nbytes
     if size < 256:
         parts.append(b"\xc4" + bytes([size]))
     elif size < 65536:
@@ -89,35 +97,45 @@ def encode_request(rid: int, op: str, args: dict[str, Any], blob_key: Optional[s
     else:
         parts.append(b"\xc6" + struct.pack(">I", size))
     prefix = b"".join(parts)
-    return [HEADER.pack(len(prefix) + size) + prefix, blob]
+    return [HEADER.pack(len(prefix) + size) + prefix, *pieces]
 
 
 _UINT = {0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8}
 _BINLEN = {0xC4: 1, 0xC5: 2, 0xC6: 4}
 
 
-def bin_reply(body: Any) -> Optional[tuple[int, Any, Any]]:
-    """Parse ``[id, nil, <bin>]`` by hand and return the bin as a view of the
-    frame buffer, sparing msgpack's copy of a large item; None for any other
-    shape (the caller then decodes normally)."""
-    if body[0] != 0x93:
+def bin_start(head: Any) -> Optional[tuple[int, int, int]]:
+    """The reply id, the offset and the length of the bin of a frame body
+    shaped ``[id, nil, <bin>]``, read from its first bytes (head); None for
+    any other shape, or when head is too short to tell."""
+    if len(head) < 2 or head[0] != 0x93:
         return None
-    c = body[1]
+    c = head[1]
     if c < 0x80:
         rid, pos = c, 2
     elif c in _UINT:
         k = _UINT[c]
-        rid, pos = int.from_bytes(body[2:2 + k], "big"), 2 + k
+        if len(head) < 2 + k:
+            return None
+        rid, pos = int.from_bytes(head[2:2 + k], "big"), 2 + k
     else:
         return None
-    if body[pos] != 0xC0 or body[pos + 1] not in _BINLEN:
+    if len(head) < pos + 2 or head[pos] != 0xC0 or head[pos + 1] not in _BINLEN:
         return None
-    k = _BINLEN[body[pos + 1]]
-    n = int.from_bytes(body[pos + 2:pos + 2 + k], "big")
-    start = pos + 2 + k
-    if start + n != len(body):
+    k = _BINLEN[head[pos + 1]]
+    if len(head) < pos + 2 + k:
         return None
-    return rid, None, memoryview(body)[start:]
+    return rid, pos + 2 + k, int.from_bytes(head[pos + 2:pos + 2 + k], "big")
+
+
+def bin_reply(body: Any) -> Optional[tuple[int, Any, Any]]:
+    """Parse ``[id, nil, <bin>]`` by hand and return the bin as a view of the
+    frame buffer, sparing msgpack's copy of a large item; None for any other
+    shape (the caller then decodes normally)."""
+    b = bin_start(body)
+    if b is None or b[1] + b[2] != len(body):
+        return None
+    return b[0], None, memoryview(body)[b[1]:]
 
 
 def sendmsg_all(sock: socket.socket, buffers: list[Any]) -> None:

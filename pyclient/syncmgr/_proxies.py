@@ -298,10 +298,13 @@ class QueueProxy(BaseProxy):
     _kind = "queue"
 
     def put(self, item: Any, block: bool = True, timeout: Optional[float] = None) -> None:
-        self._put_encoded(_dumps(item), block, timeout)
+        # Large buffers (numpy arrays) out of band: sent from the item's own
+        # memory, not copied into a pickle first.
+        self._put_encoded(_values.dumps_parts(item), block, timeout)
 
     def _put_encoded(self, data: Any, block: bool, timeout: Optional[float]) -> None:
-        """put of an item already encoded (_values.dumps)."""
+        """put of an item already encoded: _values.dumps's bytes, or the
+        pieces of _values.dumps_parts (sent as they are)."""
         if not block:
             t: Optional[float] = 0.0
             wait: Optional[float] = 0.0
@@ -340,7 +343,7 @@ class QueueProxy(BaseProxy):
     def put_many(self, items: Any, block: bool = True, timeout: Optional[float] = None) -> None:
         """Put every item of items, in order (faster-fifo's batch call). Every
         item is encoded (an unpicklable one refused) before any is stored."""
-        datas = [_dumps(x) for x in items]
+        datas = [_values.dumps_parts(x) for x in items]
         t = 0.0 if not block else _timeout_arg(True, timeout, minus_one_forever=False)
         start = time.monotonic()
         for d in datas:

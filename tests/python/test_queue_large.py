@@ -103,6 +103,62 @@ def test_arrays_through_a_queue(m):
     assert (got[0] == arrs[0]).all() and got[1] == 1 and (got[2] == arrs[1]).all()
 
 
+# --- the socket path ---------------------------------------------------------
+
+def test_socket_put_and_get_of_arrays_copy_nothing_extra(daemon):
+    """A socket client sends an array's own memory (no pickle of it first)
+    and the daemon stores the out-of-band format; a get reads a large item
+    into a buffer of its own, over which the arrays are rebuilt with no
+    further copy: writable, 16-byte aligned, as a fast-path get's."""
+    p = run_py(daemon, """
+        import os, syncmgr, numpy as np
+        from syncmgr import _values
+        from syncmgr._framing import encode_request
+        m = syncmgr.connect(os.environ["SYNCMGR_ADDRESS"], bytes.fromhex(os.environ["SYNCMGR_AUTHKEY"]))
+        q = m.Queue()
+        a = np.arange(1 << 17, dtype=np.float64)
+        frame = encode_request(7, "put", {"name": "x"}, "item", _values.dumps_parts(a))
+        assert frame[-1].obj is a, frame[-1]  # the array's memory goes to the socket as it is
+        assert int.from_bytes(frame[0][:4], "big") == sum(memoryview(b).nbytes for b in frame) - 4
+        small = encode_request(7, "put", {"name": "x"}, "item", _values.dumps_parts(np.arange(600)))
+        assert len(small) == 1  # under the inline size: one buffer
+        q.put(a)
+        raw = q._client.call("get", q._args({"block": False, "timeout": 0.0}))
+        assert raw[0] == _values.TAG_OOB and len(raw) < (1 << 20) + 512, raw[:16]
+        for shape, dt in (((1 << 17,), np.float64), ((300, 300), np.complex128), ((5000,), np.int8)):
+            x = (np.arange(int(np.prod(shape))) % 100).astype(dt).reshape(shape)
+            q.put(x)
+            q.put({"w": [x, x]})
+            b, d = q.get(timeout=30), q.get(timeout=30)
+            for y in (b, *d["w"]):
+                assert (y == x).all() and y.dtype == x.dtype and y.flags.writeable
+                assert y.ctypes.data % 16 == 0, (shape, y.ctypes.data)
+            b[...] = 0
+            assert (d["w"][0] == x).all()
+        print("ok", flush=True)
+    """, SYNCMGR_FASTPATH="0")
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0 and out.split() == ["ok"], err
+
+
+def test_bin_start_reads_one_item_replies_from_their_first_bytes():
+    import msgpack
+
+    from syncmgr._framing import bin_reply, bin_start
+    for rid, n in ((5, 10), (300, 70000), (1 << 40, 1 << 20)):
+        body = msgpack.packb([rid, None, b"x" * n])
+        start = len(body) - n
+        assert bin_start(body) == (rid, start, n)
+        assert bin_start(body[:start]) == (rid, start, n)  # the head alone is enough
+        for cut in range(start):
+            assert bin_start(body[:cut]) is None  # too short to tell
+        got = bin_reply(body)
+        assert got is not None and got[0] == rid and bytes(got[2]) == b"x" * n
+    for other in ([1, ["code", "msg"], None], [1, None, 5], [1, None, "s"], {"a": 1}):
+        assert bin_start(msgpack.packb(other)) is None
+    assert bin_reply(msgpack.packb([1, None, b"ab"])[:-1]) is None  # a bin that does not end the body
+
+
 # --- the fast path -----------------------------------------------------------
 
 @fast_only
@@ -129,7 +185,7 @@ def test_fast_and_socket_clients_read_each_others_large_items(daemon, m):
         b = q.get(timeout=30)
         assert b.flags.writeable
         print(int(b.sum()), b.dtype, flush=True)
-        q.put(np.full(MIB := 1 << 17, 3.0))  # socket: a plain pickle
+        q.put(np.full(MIB := 1 << 17, 3.0))  # socket: out of band too, sent from the array's memory
     """, SYNCMGR_FASTPATH="0")
     out, err = consumer.communicate(timeout=60)
     assert consumer.returncode == 0, err
