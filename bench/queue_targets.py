@@ -244,7 +244,9 @@ def run(smoke: bool, rounds: Optional[int] = None) -> dict[str, Any]:
             for r in range(cfg["rounds"]):
                 for s in T.rotated(systems, r):
                     slow = s in (T.SYNCM, T.SOCK, NORING) and not smoke
-                    n = cfg["n"][kind] // (10 if slow and kind != "same" else 1)
+                    # A tenth of the items for the slow columns, except 1 MiB
+                    # items (half: a tenth is a few dozen, too few to time).
+                    n = cfg["n"][kind] // ({"same": 1, "big": 2}.get(kind, 10) if slow else 1)
                     if kind == "same":
                         if s == FF:
                             continue  # faster-fifo has no same-process put+get worth a row of its own
