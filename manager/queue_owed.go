@@ -204,7 +204,7 @@ func (q *Queue) ringTaskDone(s *Session) error {
 		}
 	}
 	qr.r.AddDone(1)
-	qr.r.Unlock(true) // wakes the joiners
+	qr.unlock(true) // wakes the joiners
 	return nil
 }
 
@@ -233,7 +233,7 @@ func (q *Queue) ringReleaseOwed(idx uint32, s *Session) {
 	n = min(n, qr.r.Unfinished())
 	qr.r.AddDone(int64(n))
 	q.abandoned += int64(n)
-	qr.r.Unlock(n > 0)
+	qr.unlock(n > 0)
 }
 
 // ringJoin is Join on a ring: it waits on the ring's seq until the

@@ -49,7 +49,8 @@ type queueRing struct {
 	wch     chan struct{} // closed at the next change the watcher sees
 	wn      int           // daemon waiters
 	running bool
-	refill  bool // over holds items: the watcher refills the ring (written under q.mu and wmu)
+	refill  bool                // over holds items: the watcher refills the ring (written under q.mu and wmu)
+	users   map[uint32]struct{} // session slots the ring was passed to (queue_attach) whose session has not ended
 }
 
 // DefaultQueueRingBytes is the data capacity of each Queue's ring unless
@@ -202,9 +203,32 @@ func (m *Manager) QueueWaiting() []QueueWaiting {
 	return out
 }
 
+// RingPassed records that the session in slot was given q's ring (a
+// queue_attach, just before the reply that carries it): from now on the
+// ring may change without the daemon, so its daemon waiters need the
+// watcher (queueRing.wait) until that session ends.
+func (q *Queue) RingPassed(slot Slot) {
+	q.mu.Lock()
+	qr := q.ring
+	q.mu.Unlock()
+	if qr == nil {
+		return
+	}
+	qr.wmu.Lock()
+	defer qr.wmu.Unlock()
+	if qr.users == nil {
+		qr.users = make(map[uint32]struct{})
+	}
+	qr.users[uint32(slot)] = struct{}{}
+	if qr.wn > 0 && !qr.running {
+		qr.running = true
+		go qr.watch(qr.r.Seq())
+	}
+}
+
 // releaseQueueSlots lets go of the latch and the waiter counts of a
-// session that ended, on every ring. It takes no lock the daemon's ops hold
-// while they wait for a latch.
+// session that ended, on every ring, and forgets it as a user of each. It
+// takes no lock the daemon's ops hold while they wait for a latch.
 func (f *fastPath) releaseQueueSlots(slot Slot) {
 	f.mu.Lock()
 	rings := make([]*queueRing, 0, len(f.queues))
@@ -213,7 +237,15 @@ func (f *fastPath) releaseQueueSlots(slot Slot) {
 	}
 	f.mu.Unlock()
 	for _, qr := range rings {
-		qr.r.ReleaseLatch(uint32(slot))
+		qr.wmu.Lock()
+		_, user := qr.users[uint32(slot)]
+		delete(qr.users, uint32(slot))
+		qr.wmu.Unlock()
+		if qr.r.ReleaseLatch(uint32(slot)) || user {
+			// What the session (or the daemon for it) changed last may be
+			// news to the daemon's waiters, and the watcher may stop now.
+			qr.wakeLocal()
+		}
 		if qr.q.joinable && slot < statemem.RingSlots {
 			qr.q.ringReleaseOwed(uint32(slot), nil)
 		}
@@ -487,7 +519,7 @@ func (q *Queue) ringUnget(item []byte) {
 		qr.r.UnlockQuiet(false)
 		return
 	}
-	defer qr.r.Unlock(true)
+	defer qr.unlock(true)
 	qr.front = append([][]byte{item}, qr.front...)
 	q.held += ItemCost(item)
 	q.lim.force(ItemCost(item))
@@ -518,7 +550,7 @@ func (qr *queueRing) refillFromOver() bool {
 		return false
 	}
 	moved := q.settle() // clears refill when over is empty (a scribbled ring takes nothing: Fits fails)
-	qr.r.Unlock(moved)
+	qr.unlock(moved)
 	return len(qr.over) > 0
 }
 
@@ -624,6 +656,10 @@ func (q *Queue) ringGet(ctx context.Context, block bool, timeout time.Duration) 
 	}
 }
 
+// lonePoll bounds a daemon waiter's sleep on a ring no live session was
+// passed (see wait). A variable for tests.
+var lonePoll = 50 * time.Millisecond
+
 type timeoutError struct{}
 
 func (timeoutError) Error() string { return "timeout" }
@@ -632,13 +668,21 @@ var errTimeout error = timeoutError{}
 
 // wait returns when the ring's seq moves from seen (or may have: spurious
 // returns are fine, callers retry), when ready closes (nil: never), at the
-// deadline (errTimeout; zero: none) or when ctx ends. One watcher goroutine per ring sleeps on the futex for
-// all the daemon's waiters.
+// deadline (errTimeout; zero: none) or when ctx ends.
+//
+// The daemon's own changes wake its waiters at once (wakeLocal). Changes
+// fast-path clients make are seen by one watcher goroutine per ring, which
+// sleeps on the futex for all the daemon's waiters while any session the
+// ring was passed to lives (RingPassed): a ring only socket clients use
+// costs no thread asleep in a system call. Without a watcher a waiter
+// still looks again every lonePoll, a bound on a change made by a process
+// that kept the ring past its session's end.
 func (qr *queueRing) wait(ctx context.Context, seen uint32, deadline time.Time, ready <-chan struct{}) error {
 	qr.wmu.Lock()
 	ch := qr.wch
 	qr.wn++
-	if !qr.running {
+	watched := len(qr.users) > 0 || qr.refill
+	if watched && !qr.running {
 		qr.running = true
 		go qr.watch(seen)
 	}
@@ -661,10 +705,18 @@ func (qr *queueRing) wait(ctx context.Context, seen uint32, deadline time.Time, 
 		defer t.Stop()
 		tc = t.C
 	}
+	var poll <-chan time.Time
+	if !watched {
+		t := time.NewTimer(lonePoll)
+		defer t.Stop()
+		poll = t.C
+	}
 	select {
 	case <-ch:
 		return nil
 	case <-ready: // nil: never
+		return nil
+	case <-poll:
 		return nil
 	case <-tc:
 		return errTimeout
@@ -685,6 +737,16 @@ func (qr *queueRing) wakeLocal() {
 		qr.wch = make(chan struct{})
 	}
 	qr.wmu.Unlock()
+}
+
+// unlock lets go of the latch after a daemon op and, when the op changed
+// the ring, wakes the daemon's waiters at once (wakeLocal) and clients
+// through the futex.
+func (qr *queueRing) unlock(changed bool) {
+	qr.r.Unlock(changed)
+	if changed {
+		qr.wakeLocal()
+	}
 }
 
 // kick wakes the daemon's waiters (the queue failed).
@@ -716,7 +778,7 @@ func (qr *queueRing) watch(last uint32) {
 			qr.refillFromOver()
 		}
 		qr.wmu.Lock()
-		if qr.wn == 0 && !qr.refill {
+		if (qr.wn == 0 || len(qr.users) == 0) && !qr.refill {
 			qr.running = false
 			qr.wmu.Unlock()
 			return

@@ -348,3 +348,85 @@ func TestQueueRingHandsPutsToWaitingGetters(t *testing.T) {
 		})
 	}
 }
+
+// watching reports whether the ring's watcher goroutine runs.
+func watching(q *Queue) bool {
+	q.ring.wmu.Lock()
+	defer q.ring.wmu.Unlock()
+	return q.ring.running
+}
+
+// ringClientPut puts a record as a same-host client does, by itself.
+func ringClientPut(t *testing.T, r *statemem.Ring, it []byte) {
+	t.Helper()
+	if !r.Lock(func(uint32) bool { return false }) {
+		t.Fatal("ring closed")
+	}
+	r.Put(statemem.RecItem, it)
+	r.Unlock(true)
+}
+
+// A ring no session was passed (only socket clients use the queue) runs no
+// watcher for its daemon waiters: the daemon's own changes wake them. Once
+// the ring is passed to a session, a waiting socket get is woken by a
+// client's put at once (the watcher), until that session ends. A change by
+// a process the daemon does not know of still reaches a waiter within
+// lonePoll.
+func TestQueueRingWatcherOnlyForPassedRings(t *testing.T) {
+	m, _ := fastManager(t)
+	q := ringQueue(t, m, "watch", 0)
+	r := q.Ring()
+	ctx := testCtx(t)
+	get := func() <-chan result[[]byte] {
+		ch := async(func() ([]byte, error) { return q.Get(ctx, true, Forever) })
+		waitWaiters(t, q, 1)
+		return ch
+	}
+	within := func(ch <-chan result[[]byte], want string, d time.Duration) {
+		t.Helper()
+		select {
+		case got := <-ch:
+			if got.err != nil || string(got.v) != want {
+				t.Fatalf("get %q %v, want %q", got.v, got.err, want)
+			}
+		case <-time.After(d):
+			t.Fatalf("the waiting get did not see %q within %v", want, d)
+		}
+	}
+
+	ch := get()
+	if watching(q) {
+		t.Fatal("a watcher runs for a ring no session was passed")
+	}
+	if err := q.Put(ctx, []byte("socket"), false, 0); err != nil {
+		t.Fatal(err)
+	}
+	within(ch, "socket", bound)
+
+	ch = get()
+	ringClientPut(t, r, []byte("unknown writer"))
+	within(ch, "unknown writer", bound) // lonePoll, at most
+	if watching(q) {
+		t.Fatal("a watcher started without a session passed the ring")
+	}
+
+	defer func(d time.Duration) { lonePoll = d }(lonePoll)
+	lonePoll = time.Hour // from here on only the watcher or the daemon wakes a waiter in time
+	q.RingPassed(7)
+	ch = get()
+	if !waitFor(func() bool { return watching(q) }) {
+		t.Fatal("no watcher for a waiter once a session has the ring")
+	}
+	ringClientPut(t, r, []byte("client"))
+	within(ch, "client", bound)
+
+	m.fast.releaseQueueSlots(7)
+	ch = get()
+	if !waitFor(func() bool { return !watching(q) }) {
+		t.Fatal("the watcher still runs after the last session the ring was passed to ended")
+	}
+	if err := q.Put(ctx, []byte("after"), false, 0); err != nil {
+		t.Fatal(err)
+	}
+	within(ch, "after", bound)
+}

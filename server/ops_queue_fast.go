@@ -47,6 +47,7 @@ func opQueueAttach(c *conn, id uint64, a wire.Args) (any, manager.Grant, error) 
 	if !ok || id == 0 {
 		return nil, manager.Grant{}, wire.Errorf(wire.CodeUnknownOp, "the queue fast path is only for Unix-socket clients")
 	}
+	q.RingPassed(slot) // before the reply: the client may change the ring as soon as it has it
 	frame, err := wire.EncodeReply(id, nil, map[string]any{"size": r.Size(), "slot": int64(slot),
 		"capacity": int64(r.Capacity()), "inline": int64(r.Inline()), "maxsize": int64(r.Maxsize()),
 		"joinable": q.Kind() == manager.KindJoinableQueue})
