@@ -24,13 +24,19 @@ var clientKey = []byte("client-test-key")
 // serve starts a server and returns its socket path and the server.
 func serve(t *testing.T, cfg server.Config) (string, *server.Server) {
 	t.Helper()
+	return serveWith(t, cfg, manager.DefaultConfig())
+}
+
+// serveWith is serve with the manager's configuration mcfg.
+func serveWith(t *testing.T, cfg server.Config, mcfg manager.Config) (string, *server.Server) {
+	t.Helper()
 	dir, err := os.MkdirTemp("/tmp", "smc")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	cfg.Key, cfg.Logger = clientKey, zerolog.Nop()
-	srv, err := server.New(cfg, manager.New(manager.DefaultConfig()))
+	srv, err := server.New(cfg, manager.New(mcfg))
 	if err != nil {
 		t.Fatal(err)
 	}

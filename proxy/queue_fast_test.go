@@ -27,13 +27,19 @@ type ringServer struct {
 
 func serveRing(t *testing.T) *ringServer {
 	t.Helper()
+	return serveRingWith(t, manager.DefaultConfig())
+}
+
+// serveRingWith is serveRing with the manager's configuration mcfg.
+func serveRingWith(t *testing.T, mcfg manager.Config) *ringServer {
+	t.Helper()
 	seg, err := statemem.Create(256)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { seg.Close() })
 	m := metrics.New()
-	path, srv := serve(t, server.Config{Metrics: m})
+	path, srv := serveWith(t, server.Config{Metrics: m}, mcfg)
 	srv.Manager().EnableFastPath(seg)
 	return &ringServer{path: path, srv: srv, m: m}
 }
@@ -195,6 +201,46 @@ func TestQueueRingFastAndSocketShareOneFIFO(t *testing.T) {
 	}
 	if _, err := sq.TryGet(ctx); !errors.Is(err, proxy.ErrEmpty) {
 		t.Fatalf("socket TryGet on an empty queue: %v", err)
+	}
+}
+
+// When a fast Go producer outruns the ring (four rings' worth of items),
+// the daemon keeps the newest items (RingFlagOver) and refills the ring as
+// it drains: the puts past the ring's room go through the daemon, but a
+// fast consumer's gets stay on the ring while it holds records, and all
+// come back in order.
+func TestQueueRingOverflowKeepsGetsOnTheRing(t *testing.T) {
+	mcfg := manager.DefaultConfig()
+	mcfg.QueueRingBytes = 256 << 10
+	rs := serveRingWith(t, mcfg)
+	ctx := bctx(t)
+	fast := dialC(t, rs.path, proxy.WithFastPath())
+	q, err := fast.Queue(ctx, "flood", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 1024 // 1 KiB each: four rings' worth
+	pad := string(make([]byte, 1000))
+	for i := 0; i < n; i++ {
+		if err := q.Put(ctx, fmt.Sprintf("%06d%s", i, pad)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if f := rs.ring(t, "flood").Flags(); f != statemem.RingFlagOver {
+		t.Fatalf("flags %#x after the flood, want RingFlagOver", f)
+	}
+	gets := rs.ops(t, wire.OpGet)
+	for i := 0; i < n; i++ {
+		got, err := q.Get(ctx)
+		if err != nil || got.(string)[:6] != fmt.Sprintf("%06d", i) {
+			t.Fatalf("get %d: %.6v %v", i, got, err)
+		}
+	}
+	if sock := rs.ops(t, wire.OpGet) - gets; sock > n/10 {
+		t.Fatalf("%d of %d gets went over the socket while the daemon held the newest items", sock, n)
+	}
+	if f := rs.ring(t, "flood").Flags(); f != 0 {
+		t.Fatalf("flags %#x once drained", f)
 	}
 }
 

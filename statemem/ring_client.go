@@ -18,8 +18,9 @@ import (
 //
 //   - every op takes the latch (a CAS of the client's session slot id into
 //     the latch word), waiting for another holder at most LatchGrace;
-//   - a nonzero flags word, a latch held longer, an item over the inline
-//     maximum, a record the daemon keeps (RecExternal), no room left in the
+//   - a nonzero flags word (for a get: any flag but RingFlagOver, or
+//     RingFlagOver with the ring empty), a latch held longer, an item over
+//     the inline maximum, a record the daemon keeps (RecExternal), no room left in the
 //     ring, or anything impossible read from it answers Daemon: the caller
 //     sends the op over the socket (the daemon finds any damage and fails
 //     the queue);
@@ -169,14 +170,30 @@ func (r *ClientRing) latchFree(changed bool) {
 // latch is not held then). Any nonzero flags word sends the op to the
 // daemon, whatever its bits mean.
 func (r *ClientRing) begin() bool {
+	ok, _ := r.beginFor(false)
+	return ok
+}
+
+// beginFor is begin for a get (get true) or any other op. A get goes to the
+// daemon only for a flag other than RingFlagOver (the daemon holds items
+// before the ring's); with RingFlagOver alone (it holds the newest items)
+// it takes from the ring while the ring holds records, and over tells it
+// to go to the daemon once the ring is empty. The flags change only under
+// the latch, so they hold for the whole op.
+func (r *ClientRing) beginFor(get bool) (ok, over bool) {
 	if !r.latchTake() {
-		return false
+		return false, false
 	}
-	if atomic.LoadUint64(r.word(ringOffFlags)) != 0 {
+	allowed := uint64(0)
+	if get {
+		allowed = RingFlagOver
+	}
+	f := atomic.LoadUint64(r.word(ringOffFlags))
+	if f&^allowed != 0 {
 		r.latchFree(false)
-		return false
+		return false, false
 	}
-	return true
+	return true, f&RingFlagOver != 0
 }
 
 // lenChecked returns the items and used bytes for the tail word t and head
@@ -324,7 +341,8 @@ func (r *ClientRing) readHeader(idx uint64) (uint32, uint32) {
 func (r *ClientRing) Get(d time.Duration, take func(p []byte) error) (Result, error) {
 	var deadline time.Time
 	for {
-		if !r.begin() {
+		ok, over := r.beginFor(true)
+		if !ok {
 			return Daemon, nil
 		}
 		step(11)
@@ -353,6 +371,10 @@ func (r *ClientRing) Get(d time.Duration, take func(p []byte) error) (Result, er
 			r.latchFree(true)
 			return OK, nil
 		case Daemon:
+			r.latchFree(false)
+			return Daemon, nil
+		}
+		if over { // the ring ran dry: the next items are the daemon's
 			r.latchFree(false)
 			return Daemon, nil
 		}

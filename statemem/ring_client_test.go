@@ -189,6 +189,32 @@ func TestClientRingSendsToDaemon(t *testing.T) {
 	}
 	r.SetFlags(0)
 
+	// RingFlagOver alone (the daemon holds the newest items): puts go to
+	// the daemon, gets take from the ring while it holds records, then go
+	// to the daemon (even a non-blocking one: the daemon may hold items).
+	daemonPut(t, r, RecItem, []byte("in the ring"))
+	r.SetFlags(RingFlagOver)
+	if c.Put([]byte("a"), 0) != Daemon {
+		t.Fatal("put with RingFlagOver")
+	}
+	if p, res := clientGet(t, c, 0); res != OK || string(p) != "in the ring" {
+		t.Fatalf("get with RingFlagOver and a record in the ring: %q %v", p, res)
+	}
+	for _, d := range []time.Duration{0, time.Second} {
+		if _, res := clientGet(t, c, d); res != Daemon {
+			t.Fatalf("get (wait %v) with RingFlagOver and the ring empty: %v", d, res)
+		}
+	}
+	r.SetFlags(RingFlagDaemon | RingFlagOver)
+	daemonPut(t, r, RecItem, []byte("behind the daemon's"))
+	if _, res := clientGet(t, c, 0); res != Daemon {
+		t.Fatal("get with RingFlagDaemon")
+	}
+	r.SetFlags(0)
+	if p, res := clientGet(t, c, 0); res != OK || string(p) != "behind the daemon's" {
+		t.Fatalf("get after the flags cleared: %q %v", p, res)
+	}
+
 	daemonPut(t, r, RecExternal, make([]byte, 8))
 	if _, res := clientGet(t, c, 0); res != Daemon {
 		t.Fatalf("get of an external record: %v", res)
