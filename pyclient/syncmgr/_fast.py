@@ -630,6 +630,23 @@ def _open_ring(fp: FastPath, kind: str, name: str) -> Any:
                 os.close(fd)
 
 
+class _Parts:
+    """An item with large buffers in a put_many batch: its pieces
+    (_values.dumps_parts), which the extension's batch stops at."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self, parts: list[Any]) -> None:
+        self.parts = parts
+
+
+def _prepared(x: Any) -> Any:
+    """A put_many item that is not a plain scalar, encoded (a pickling error
+    raises here, before anything is stored)."""
+    parts = _dumps_parts(x)
+    return bytearray(parts[0]) if len(parts) == 1 else _Parts(parts)
+
+
 def _queue_timeout(block: bool, timeout: Optional[float]) -> float:
     """The ring's timeout (< 0: for ever) for queue-style arguments; invalid
     ones raise as queue.Queue does, before anything is stored."""
@@ -701,20 +718,25 @@ class _QueueHandle(_Handle):
             if r is None:
                 return
             if r is _QENCODE:
-                # Large buffers (numpy arrays) go out of band: gathered by
-                # the extension straight into the ring record, one copy.
-                parts = _dumps_parts(item)
-                r = self.ring.put(parts[0], t) if len(parts) == 1 else self.ring.put_parts(parts, t)
-                if r == OK:
-                    return
-                if r == BUSY:
-                    raise exc.Full()
-                p = self.proxy()
-                if p is not None and p.__dict__.get("_fast") is self:  # not pickled twice
-                    p._put_encoded(parts, block, timeout)  # type: ignore[attr-defined]
-                    return
-            elif r is _QEMPTY:
+                self._put_parts(item, _dumps_parts(item), t, block, timeout)
+                return
+            if r is _QEMPTY:
                 raise exc.Full()
+        self.slow("put", item, block, timeout)
+
+    def _put_parts(self, item: Any, parts: list[Any], t: float, block: bool, timeout: Optional[float]) -> None:
+        """put of item, encoded as parts (_values.dumps_parts). Large
+        buffers (numpy arrays) go out of band: gathered by the extension
+        straight into the ring record, one copy."""
+        r = self.ring.put(parts[0], t) if len(parts) == 1 else self.ring.put_parts(parts, t)
+        if r == OK:
+            return
+        if r == BUSY:
+            raise exc.Full()
+        p = self.proxy()
+        if p is not None and p.__dict__.get("_fast") is self:  # not pickled twice
+            p._put_encoded(parts, block, timeout)  # type: ignore[attr-defined]
+            return
         self.slow("put", item, block, timeout)
 
     def put_nowait(self, item: Any) -> None:
@@ -742,8 +764,10 @@ class _QueueHandle(_Handle):
         t = _queue_timeout(block, timeout)
         items = list(items)
         # Plain scalars go as they are (the extension encodes them); the
-        # rest as a bytearray of their encoding.
-        prepared = [x if type(x) in _SCALARS else bytearray(_dumps(x)) for x in items]
+        # rest as a bytearray of their encoding, except items with large
+        # buffers (numpy arrays): the extension's batch stops at their
+        # pieces (_Parts), which go in by themselves, in one copy.
+        prepared = [x if type(x) in _SCALARS else _prepared(x) for x in items]
         start = time.monotonic()
         i = 0
         while i < len(items) and (self.fp.ok or self.usable()):
@@ -751,9 +775,13 @@ class _QueueHandle(_Handle):
             if n is None:
                 break
             i += n
-            if i < len(items):  # no room, too large, or not encodable there: one put, then batch again
+            if i < len(items):  # no room, too large, out of band or not encodable there: one put, then batch again
                 left = t if t <= 0 else max(0.0, t - (time.monotonic() - start))
-                self.put(items[i], block, None if left < 0 else left)
+                x = prepared[i]
+                if type(x) is _Parts:
+                    self._put_parts(items[i], x.parts, left, block, None if left < 0 else left)
+                else:
+                    self.put(items[i], block, None if left < 0 else left)
                 i += 1
         for x in items[i:]:
             left_t = None if t < 0 else max(0.0, t - (time.monotonic() - start))

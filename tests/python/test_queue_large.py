@@ -173,6 +173,25 @@ def test_fast_put_stores_out_of_band_in_the_ring(m):
 
 
 @fast_only
+def test_fast_put_many_stores_arrays_out_of_band(m):
+    """put_many's batch stops at an item with large buffers, which goes in
+    by itself out of band (one copy), and the batch goes on after it: the
+    records keep the items' order."""
+    q = m.Queue()
+    assert _fast.active(q)
+    a, b = np.random.rand(MIB // 8), np.arange(70000)
+    q.put_many([a, 1, "s", b, {"k": 2}])
+    ring = ring_of(q)
+    recs = [ring.get(0) for _ in range(5)]
+    assert [r[0] == _values.TAG_OOB for r in recs] == [True, False, False, True, False]
+    assert (_values.loads(bytearray(recs[0])) == a).all() and (_values.loads(bytearray(recs[3])) == b).all()
+    assert len(recs[0]) < MIB + 512
+    with pytest.raises(Exception):
+        q.put_many([a, lambda: 0])  # unpicklable: refused before anything is stored
+    assert q.qsize() == 0
+
+
+@fast_only
 def test_fast_and_socket_clients_read_each_others_large_items(daemon, m):
     q = m.Queue(name="lq-mixed")
     assert _fast.active(q)
