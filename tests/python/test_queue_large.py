@@ -22,7 +22,7 @@ import time
 import pytest
 
 import syncmgr
-from conftest import start_daemon, wait_until
+from conftest import BIN, start_daemon, wait_until
 from syncmgr import _fast, _values
 
 np = pytest.importorskip("numpy")
@@ -139,6 +139,29 @@ def test_socket_put_and_get_of_arrays_copy_nothing_extra(daemon):
     """, SYNCMGR_FASTPATH="0")
     out, err = p.communicate(timeout=60)
     assert p.returncode == 0 and out.split() == ["ok"], err
+
+
+@pytest.mark.parametrize("floor", ["-1", "2000000000000", "lots"])
+def test_gc_floor_refuses_bad_values(floor):
+    r = subprocess.run([BIN, "serve", "--socket", "none", "--tcp", "127.0.0.1:0", "--gc-floor", floor],
+                       env={"SYNCMGR_AUTHKEY": "00" * 32}, capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2, r.stderr
+    assert "gc-floor" in r.stderr.splitlines()[-1]
+
+
+@pytest.mark.parametrize("floor", ["0", str(64 << 20)])
+def test_gc_floor_serves_large_items(floor):
+    """With the collector on GOGC alone (0) or a larger floor, large items
+    come and go as with the default."""
+    d = start_daemon("--gc-floor", floor)
+    try:
+        q = syncmgr.connect(d.address, d.key).Queue()
+        a = np.arange(MIB // 8, dtype=np.float64)
+        for i in range(20):
+            q.put(a + i)
+            assert (q.get(timeout=10) == a + i).all()
+    finally:
+        d.stop()
 
 
 def test_bin_start_reads_one_item_replies_from_their_first_bytes():
