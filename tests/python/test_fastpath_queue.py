@@ -15,6 +15,7 @@ import multiprocessing as mp
 import os
 import pickle
 import queue
+import random
 import signal
 import statistics
 import subprocess
@@ -721,3 +722,50 @@ def test_ctrl_c_while_another_process_holds_the_latch(m):
     assert ring.word("latch") == q._fast.fp.slot  # never ours to take
     ring._poke(64, 0)
     assert q.get_nowait() == "kept"
+
+
+def test_killed_socket_getters_of_a_ring_queue_double_nothing(daemon, monkeypatch):
+    """Socket getters of a queue with a ring, parked in get, SIGKILLed while
+    a socket producer's puts are handed straight to them (the daemon's
+    hand-over): no item is got twice, and every item put is got by a getter
+    that said so or by the final drain, except at most one per killed getter
+    (an item whose reply reached a process that died before reading it)."""
+    monkeypatch.setenv("SYNCMGR_FASTPATH", "0")
+    m = syncmgr.connect(daemon.address, daemon.key)
+    q = m.Queue(name="hand-kill")
+    n, kills, got = 400, 0, []
+    victim = """
+        import syncmgr
+        q = syncmgr.connect().Queue(name="hand-kill")
+        print("ready", flush=True)
+        while True:
+            print(q.get(), flush=True)
+    """
+    i = 0
+    while i < n:
+        p = run_py(daemon, victim, SYNCMGR_FASTPATH="0")
+        try:
+            assert p.stdout.readline().strip() == "ready"
+            time.sleep(0.01)  # parked in get
+            # The kill lands somewhere in the stream of puts: before, during
+            # or after a hand-over.
+            killer = threading.Timer(random.uniform(0, 0.004), os.kill, (p.pid, signal.SIGKILL))
+            killer.start()
+            for _ in range(20):
+                q.put(i)
+                i += 1
+            killer.join()
+            kills += 1
+        finally:
+            p.kill()
+            out, _ = p.communicate(timeout=30)
+        got += [int(x) for x in out.split() if x != "ready"]
+    while True:
+        try:
+            got.append(q.get(timeout=0.5))
+        except queue.Empty:
+            break
+    assert len(got) == len(set(got)), "an item was got twice"
+    assert set(got) <= set(range(n))
+    lost = n - len(got)
+    assert lost <= kills, f"{lost} items lost with {kills} getters killed"
