@@ -167,9 +167,7 @@ func (q *Queue) put(ctx context.Context, item []byte, block bool, timeout time.D
 		q.mu.Unlock()
 		return q.dead
 	}
-	if w := q.getters.front(); w != nil { // the queue is empty: hand it over
-		w.item = item
-		q.getters.grant(w)
+	if q.handToGetter(item) { // the queue is empty: hand it over
 		q.accepted()
 		q.mu.Unlock()
 		return nil
@@ -268,6 +266,18 @@ func (q *Queue) get(ctx context.Context, block bool, timeout time.Duration) ([]b
 	}
 }
 
+// handToGetter gives item to the first waiting getter, if any, and
+// reports whether it did (under q.mu).
+func (q *Queue) handToGetter(item []byte) bool {
+	w := q.getters.front()
+	if w == nil {
+		return false
+	}
+	w.item = item
+	q.getters.grant(w)
+	return true
+}
+
 // admitPutter moves the first waiting putter's item into the queue.
 func (q *Queue) admitPutter() {
 	if w := q.putters.front(); w != nil && !q.full() {
@@ -291,9 +301,7 @@ func (q *Queue) Unget(item []byte) error {
 		q.ringUnget(item)
 		return nil
 	}
-	if w := q.getters.front(); w != nil {
-		w.item = item
-		q.getters.grant(w)
+	if q.handToGetter(item) {
 		return nil
 	}
 	q.items.PushFront(item)

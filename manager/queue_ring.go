@@ -220,9 +220,8 @@ func (q *Queue) RingPassed(slot Slot) {
 		qr.users = make(map[uint32]struct{})
 	}
 	qr.users[uint32(slot)] = struct{}{}
-	if qr.wn > 0 && !qr.running {
-		qr.running = true
-		go qr.watch(qr.r.Seq())
+	if qr.wn > 0 {
+		qr.startWatch(qr.r.Seq())
 	}
 }
 
@@ -360,12 +359,9 @@ func (q *Queue) ringTryPut(item []byte) (ok bool, err error) {
 // counts the put in its done word (unfinished is puts less done), as for an
 // item in over.
 func (q *Queue) handOver(item []byte) bool {
-	w := q.getters.front()
-	if w == nil {
+	if !q.handToGetter(item) {
 		return false
 	}
-	w.item = item
-	q.getters.grant(w)
 	if q.joinable {
 		q.ring.r.AddDone(-1)
 	}
@@ -498,9 +494,8 @@ func (q *Queue) setFlags() {
 	refill := len(qr.over) > 0 && q.dead == nil
 	qr.wmu.Lock()
 	qr.refill = refill
-	if refill && !qr.running {
-		qr.running = true
-		go qr.watch(qr.r.Seq())
+	if refill {
+		qr.startWatch(qr.r.Seq())
 	}
 	qr.wmu.Unlock()
 }
@@ -513,9 +508,7 @@ func (q *Queue) ringUnget(item []byte) {
 	if !qr.r.Lock(qr.gone) {
 		return
 	}
-	if w := q.getters.front(); w != nil {
-		w.item = item
-		q.getters.grant(w)
+	if q.handToGetter(item) {
 		qr.r.UnlockQuiet(false)
 		return
 	}
@@ -624,14 +617,12 @@ func (q *Queue) ringGet(ctx context.Context, block bool, timeout time.Duration) 
 		qr := q.ring
 		seen := qr.r.Seq()
 		item, ok, err := q.ringTryGet()
-		if err != nil || ok || !block || timeout == 0 {
+		if err != nil || ok {
 			q.mu.Unlock()
-			switch {
-			case err != nil:
-				return nil, err
-			case ok:
-				return item, nil
-			}
+			return item, err
+		}
+		if !block || timeout == 0 {
+			q.mu.Unlock()
 			return nil, ErrEmpty
 		}
 		// Wait for a change of the ring (a fast client's put) or for a
@@ -682,9 +673,8 @@ func (qr *queueRing) wait(ctx context.Context, seen uint32, deadline time.Time, 
 	ch := qr.wch
 	qr.wn++
 	watched := len(qr.users) > 0 || qr.refill
-	if watched && !qr.running {
-		qr.running = true
-		go qr.watch(seen)
+	if watched {
+		qr.startWatch(seen)
 	}
 	qr.wmu.Unlock()
 	defer func() {
@@ -755,6 +745,14 @@ func (qr *queueRing) kick() {
 	close(qr.wch)
 	qr.wch = make(chan struct{})
 	qr.wmu.Unlock()
+}
+
+// startWatch starts the watcher from seq last unless it runs (under wmu).
+func (qr *queueRing) startWatch(last uint32) {
+	if !qr.running {
+		qr.running = true
+		go qr.watch(last)
+	}
 }
 
 // watch sleeps on the ring's seq while the daemon has waiters or over holds
