@@ -73,12 +73,12 @@ def encode_request(rid: int, op: str, args: dict[str, Any], blob_key: Optional[s
     its pieces when it is a list of buffers to concatenate (an item's
     out-of-band encoding, _values.dumps_parts: a numpy array's memory goes
     to the socket as it is)."""
-    pieces = blob if isinstance(blob, list) else [blob]
     if blob_key is not None:
+        pieces = blob if isinstance(blob, list) else [blob]
         size = sum(memoryview(b).nbytes for b in pieces)
         if size < INLINE_BLOB:
             args = dict(args)
-            args[blob_key] = b"".join(pieces) if isinstance(blob, list) else bytes(blob)
+            args[blob_key] = b"".join(pieces)
             blob_key = None
     if blob_key is None:
         body = packb([rid, op, args])

@@ -300,12 +300,11 @@ class QueueProxy(BaseProxy):
     def put(self, item: Any, block: bool = True, timeout: Optional[float] = None) -> None:
         # Large buffers (numpy arrays) out of band: sent from the item's own
         # memory, not copied into a pickle first.
-        parts = _values.dumps_parts(item)
-        self._put_encoded(parts[0] if len(parts) == 1 else parts, block, timeout)
+        self._put_encoded(_values.dumps_parts(item), block, timeout)
 
     def _put_encoded(self, data: Any, block: bool, timeout: Optional[float]) -> None:
-        """put of an item already encoded: _values.dumps's bytes, or the
-        pieces of _values.dumps_parts (sent as they are)."""
+        """put of an item already encoded: the pieces of
+        _values.dumps_parts (sent as they are)."""
         if not block:
             t: Optional[float] = 0.0
             wait: Optional[float] = 0.0
@@ -344,7 +343,7 @@ class QueueProxy(BaseProxy):
     def put_many(self, items: Any, block: bool = True, timeout: Optional[float] = None) -> None:
         """Put every item of items, in order (faster-fifo's batch call). Every
         item is encoded (an unpicklable one refused) before any is stored."""
-        datas = [p[0] if len(p) == 1 else p for p in map(_values.dumps_parts, items)]
+        datas = [_values.dumps_parts(x) for x in items]
         t = 0.0 if not block else _timeout_arg(True, timeout, minus_one_forever=False)
         start = time.monotonic()
         for d in datas:
