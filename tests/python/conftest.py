@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import struct
 import sys
 import time
 from collections.abc import Iterator
@@ -87,6 +88,30 @@ def wait_until(pred, timeout: float = 10.0, interval: float = 0.01) -> bool:
 
 def object_count(m: syncmgr.Manager) -> int:
     return int(m.status(limit=1)["server"]["objects"])
+
+
+def hold_latch(fd: int, off: int, slot: int) -> int:
+    """Write slot into the latch (bits 32-60) of the Semaphore word at off
+    of the segment fd, as a process stopped inside an op has it, and return
+    the word. A test can only store the word, not compare-and-swap it, and
+    the daemon's sweeper claims and commits every free Semaphore latch once
+    a second: a store that lands between its claim and its commit is
+    cleared by the commit. So the latch is stored only while it reads free,
+    and read back until it stays (the sweeper leaves a latch a live session
+    holds alone)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        (word,) = struct.unpack("<Q", os.pread(fd, 8, off))
+        latch = word >> 32 & ((1 << 29) - 1)
+        if latch == slot:
+            time.sleep(0.05)
+            if struct.unpack("<Q", os.pread(fd, 8, off))[0] == word:
+                return word
+        elif latch == 0:
+            os.pwrite(fd, struct.pack("<Q", word | slot << 32), off)
+        else:
+            time.sleep(0.001)  # the daemon's claim: it lets go within microseconds
+    raise TimeoutError(f"could not hold the latch of the word at {off}")
 
 
 def segment_fd(address: str, key: bytes) -> int:

@@ -20,7 +20,7 @@ import time
 import pytest
 
 import syncmgr
-from conftest import segment_fd, wait_until
+from conftest import hold_latch, segment_fd, wait_until
 from syncmgr import _fast
 
 pytestmark = pytest.mark.skipif(_fast._ext is None or os.environ.get("SYNCMGR_FASTPATH") == "0",
@@ -448,8 +448,7 @@ def _die_mid_acquire(sem, ledger_written, ready):
     sem.acquire()
     h = sem._fast
     fd = segment_fd(sem._client.address, sem._client._key)
-    word = h.fp.seg.state(h.off)
-    os.pwrite(fd, struct.pack("<Q", word | h.fp.slot << 32), h.off)
+    hold_latch(fd, h.off, h.fp.slot)
     if ledger_written:
         (lo,) = struct.unpack("<I", os.pread(fd, 4, h.off + 40))
         os.pwrite(fd, struct.pack("<I", 2), lo + 4 * h.fp.slot)

@@ -208,14 +208,13 @@ def _fast_ext():
 def _latch_then_stop(sem, ready) -> None:
     # A session of its own, attached (one op by CAS), then its slot in the
     # latch as if stopped between the steps of an op: a live holder.
-    from conftest import segment_fd
+    from conftest import hold_latch, segment_fd
 
     sem.acquire()
     sem.release()
     h = sem._fast
     fd = segment_fd(sem._client.address, sem._client._key)
-    (word,) = struct.unpack("<Q", os.pread(fd, 8, h.off))
-    os.pwrite(fd, struct.pack("<Q", word | h.fp.slot << 32), h.off)
+    hold_latch(fd, h.off, h.fp.slot)
     os.close(fd)
     ready.set()
     os.kill(os.getpid(), signal.SIGSTOP)
