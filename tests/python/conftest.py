@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import struct
 import sys
 import time
@@ -12,6 +13,13 @@ import pytest
 
 import syncmgr
 from syncmgr._daemon import PrivateDaemon
+
+# A shell runs a background job (`make test &` in a script) with SIGINT
+# ignored, and children inherit that: the tests that Ctrl-C a child would
+# then see no KeyboardInterrupt. A Python handler here is reset to the
+# default in every child at exec, so they get Python's own again.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.environ.get("SYNCMGR_BIN") or os.path.join(REPO, "bin", "syncmgr")
