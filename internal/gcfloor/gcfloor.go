@@ -40,7 +40,8 @@ func Start(floor uint64) (stop func()) {
 	if floor == 0 || base <= 0 {
 		return func() {}
 	}
-	t := &tuner{floor: floor, base: base, sample: []metrics.Sample{{Name: "/gc/heap/live:bytes"}}}
+	t := &tuner{floor: floor, base: base, sample: []metrics.Sample{
+		{Name: "/gc/heap/live:bytes"}, {Name: "/gc/scan/stack:bytes"}, {Name: "/gc/scan/globals:bytes"}}}
 	t.arm()
 	return func() {
 		t.mu.Lock()
@@ -52,13 +53,23 @@ func Start(floor uint64) (stop func()) {
 	}
 }
 
-// Percent is the percentage that gives a goal floor bytes above live, or
-// base when base's goal is higher.
-func Percent(live, floor uint64, base int) int {
-	if live == 0 || live*uint64(base)/100 >= floor {
+// heapMinimum is the runtime's smallest goal at GOGC=100 (4 MiB). The
+// runtime scales it with the percentage: at 1,000 % no goal is below 40 MiB.
+const heapMinimum = 4 << 20
+
+// Percent is the smallest percentage, and at least base, whose goal is
+// floor bytes above the live heap. The runtime's goal at percentage p is the
+// larger of live + scan × p / 100 (scan: the live heap plus the stacks and
+// globals it scanned) and heapMinimum × p / 100, so either term can be the
+// one that reaches live + floor first. A percentage worked out from the
+// live heap alone overshot by the second term: a daemon with 0.3 MiB live
+// waited for 120 MiB of heap, not 32.
+func Percent(live, scan, floor uint64, base int) int {
+	if scan == 0 {
 		return base
 	}
-	return int(min(floor*100/live, maxPercent))
+	p := min(floor*100/scan, (live+floor)*100/heapMinimum, maxPercent)
+	return max(base, int(p))
 }
 
 // sentinel is collected at every cycle: its finalizer tunes and re-arms.
@@ -77,8 +88,8 @@ func (t *tuner) arm() {
 	})
 }
 
-// tune sets the percentage for the live heap the last collection left; it
-// reports false once stopped.
+// tune sets the percentage for what the last collection left live and
+// scanned; it reports false once stopped.
 func (t *tuner) tune() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -86,8 +97,13 @@ func (t *tuner) tune() bool {
 		return false
 	}
 	metrics.Read(t.sample)
-	if t.sample[0].Value.Kind() == metrics.KindUint64 {
-		debug.SetGCPercent(Percent(t.sample[0].Value.Uint64(), t.floor, t.base))
+	var scan uint64
+	for _, s := range t.sample {
+		if s.Value.Kind() != metrics.KindUint64 {
+			return true // a runtime without these metrics: leave GOGC's percentage
+		}
+		scan += s.Value.Uint64()
 	}
+	debug.SetGCPercent(Percent(t.sample[0].Value.Uint64(), scan, t.floor, t.base))
 	return true
 }
