@@ -29,10 +29,23 @@ def interop(tmp_path_factory) -> Iterator[str]:
     yield out
 
 
+def _go_env(daemon, **more: str) -> dict[str, str]:
+    """The Go program's whole environment: the daemon's address and key."""
+    return {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/"),
+            "SYNCMGR_ADDRESS": daemon.address, "SYNCMGR_AUTHKEY": daemon.key.hex(), **more}
+
+
+def _ring_env(daemon, q) -> tuple[bool, dict[str, str]]:
+    """Whether this run's fast path is on (then q must be on its ring), and
+    an environment that turns Go's on or off alike."""
+    fast = _fast.enabled_by_env()
+    if fast:
+        assert _fast.active(q), _fast.reasons
+    return fast, _go_env(daemon, SYNCMGR_FASTPATH=os.environ.get("SYNCMGR_FASTPATH", "1"))
+
+
 def _go(interop: str, daemon, *args: str) -> list[str]:
-    env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/"),
-           "SYNCMGR_ADDRESS": daemon.address, "SYNCMGR_AUTHKEY": daemon.key.hex()}
-    r = subprocess.run([interop, *args], env=env, capture_output=True, text=True, timeout=120)
+    r = subprocess.run([interop, *args], env=_go_env(daemon), capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     return r.stdout.splitlines()
 
@@ -95,12 +108,7 @@ def test_queue_ring_python_and_go_fast_paths(daemon, interop):
     while it puts it, Python's take what Go puts, and both see one FIFO."""
     m = syncmgr.connect(daemon.address, daemon.key)
     q = m.Queue(name="ring-mixed")
-    fast = _fast.enabled_by_env()
-    if fast:
-        assert _fast.active(q), _fast.reasons
-    env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/"),
-           "SYNCMGR_ADDRESS": daemon.address, "SYNCMGR_AUTHKEY": daemon.key.hex(),
-           "SYNCMGR_FASTPATH": os.environ.get("SYNCMGR_FASTPATH", "1")}
+    fast, env = _ring_env(daemon, q)
     n = 200
     sent = [i if i % 2 == 0 else f"py-{i}" for i in range(n)] + [(1, "pickled")]
     q.put(-1)  # one item there before Go starts, the rest while it waits
@@ -139,12 +147,7 @@ def test_joinable_queue_python_and_go_fast_paths(daemon, interop):
     on either side."""
     m = syncmgr.connect(daemon.address, daemon.key)
     jq = m.JoinableQueue(name="jring-mixed")
-    fast = _fast.enabled_by_env()
-    if fast:
-        assert _fast.active(jq), _fast.reasons
-    env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/"),
-           "SYNCMGR_ADDRESS": daemon.address, "SYNCMGR_AUTHKEY": daemon.key.hex(),
-           "SYNCMGR_FASTPATH": os.environ.get("SYNCMGR_FASTPATH", "1")}
+    fast, env = _ring_env(daemon, jq)
     n = 50
     for i in range(n):
         jq.put(i)
