@@ -284,14 +284,7 @@ func (r *ClientRing) Put(p []byte, d time.Duration) Result {
 			r.latchFree(false)
 			return Daemon
 		}
-		if d <= 0 {
-			r.latchFree(false)
-			return Busy
-		}
-		if deadline.IsZero() {
-			deadline = time.Now().Add(d)
-		}
-		if !r.sleep(RingWaitPut, deadline) {
+		if !r.sleep(RingWaitPut, d, &deadline) {
 			return Busy
 		}
 	}
@@ -378,24 +371,25 @@ func (r *ClientRing) Get(d time.Duration, take func(p []byte) error) (Result, er
 			r.latchFree(false)
 			return Daemon, nil
 		}
-		if d <= 0 {
-			r.latchFree(false)
-			return Busy, nil
-		}
-		if deadline.IsZero() {
-			deadline = time.Now().Add(d)
-		}
-		if !r.sleep(RingWaitGet, deadline) {
+		if !r.sleep(RingWaitGet, d, &deadline) {
 			return Busy, nil
 		}
 	}
 }
 
 // sleep registers as a waiter for op under the latch, lets go of it and
-// sleeps on seq until it changes or deadline. It reports false when the
-// deadline had passed already (it did not sleep; the latch is let go).
-func (r *ClientRing) sleep(op uint32, deadline time.Time) bool {
-	left := time.Until(deadline)
+// sleeps on seq until it changes or the op's deadline: d from its first
+// sleep, kept in *deadline across the op's tries. It reports false when d
+// is 0 or the deadline has passed (it did not sleep; the latch is let go).
+func (r *ClientRing) sleep(op uint32, d time.Duration, deadline *time.Time) bool {
+	if d <= 0 {
+		r.latchFree(false)
+		return false
+	}
+	if deadline.IsZero() {
+		*deadline = time.Now().Add(d) // at the first sleep of the op: d counts from there
+	}
+	left := time.Until(*deadline)
 	if left <= 0 {
 		r.latchFree(false)
 		return false
@@ -540,14 +534,7 @@ func (r *ClientRing) Join(d time.Duration) Result {
 			r.latchFree(false)
 			return OK
 		}
-		if d <= 0 {
-			r.latchFree(false)
-			return Busy
-		}
-		if deadline.IsZero() {
-			deadline = time.Now().Add(d)
-		}
-		if !r.sleep(RingWaitJoin, deadline) {
+		if !r.sleep(RingWaitJoin, d, &deadline) {
 			return Busy
 		}
 	}
