@@ -25,7 +25,7 @@ func TestKeygenAndVersion(t *testing.T) {
 	if code != 0 || !regexp.MustCompile(`^[0-9a-f]{64}\n$`).MatchString(out1) || out1 == out2 {
 		t.Fatalf("keygen: %q %q (exit %d)", out1, out2, code)
 	}
-	if _, stderr, code := runCmd(t, env(), "keygen", "extra"); code != 2 || !strings.Contains(stderr, "no arguments") {
+	if _, stderr, code := runCmd(t, env(), "keygen", "extra"); code != 2 || !strings.Contains(stderr, `unexpected argument "extra"`) {
 		t.Fatalf("keygen with an argument: exit %d, %q", code, stderr)
 	}
 	for _, arg := range []string{"version", "--version", "-v"} {

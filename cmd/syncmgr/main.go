@@ -24,6 +24,9 @@ Usage:
   syncmgr status  [flags]   list objects and clients of a running daemon
   syncmgr version           print the version
 
+'syncmgr COMMAND -h' describes a command and its flags; a flag takes one dash or
+two (-socket and --socket are the same).
+
 The authkey is read from --authkey-file, else $SYNCMGR_AUTHKEY (hex), else the
 file named by $SYNCMGR_AUTHKEY_FILE. It is never taken from the command line.
 `
@@ -60,6 +63,10 @@ func run(ctx context.Context, args []string) error {
 	case "status":
 		return runStatus(ctx, args[1:])
 	case "version", "--version", "-v":
+		fs := newFlagSet("version", "version", "Print the version of this syncmgr binary.", "")
+		if err := parseFlags(fs, args[1:]); err != nil {
+			return err
+		}
 		fmt.Println("syncmgr", version)
 		return nil
 	case "help", "-h", "--help":

@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"encoding/hex"
 	"errors"
-	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -32,12 +31,14 @@ import (
 const version = server.Version
 
 func runServe(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs := newFlagSet("serve", "serve [flags]",
+		"Run the daemon: named Locks, Queues, Events, Values, ... and shared memory for Python and Go clients.",
+		"The authkey comes from --authkey-file, else $SYNCMGR_AUTHKEY (hex), else the file\nnamed by $SYNCMGR_AUTHKEY_FILE; make one with 'syncmgr keygen'. It is never\ntaken from the command line.")
 	def := manager.DefaultConfig()
 	var (
 		socket        = fs.String("socket", server.DefaultSocketPath(), "Unix socket path (\"\" or \"none\" to disable)")
-		tcpAddr       = fs.String("tcp", "", "also listen on TCP HOST:PORT (off by default; unencrypted unless --tls-cert is given)")
-		keyFile       = fs.String("authkey-file", "", "file holding the authkey as hex (default: $SYNCMGR_AUTHKEY, then $SYNCMGR_AUTHKEY_FILE)")
+		tcpAddr       = fs.String("tcp", "", "also listen on TCP HOST:PORT (unset: no TCP; unencrypted unless --tls-cert is given)")
+		keyFile       = fs.String("authkey-file", "", "file holding the authkey as hex (unset: $SYNCMGR_AUTHKEY, then the file named by $SYNCMGR_AUTHKEY_FILE)")
 		logLevel      = fs.String("log-level", "info", "log level: debug, info, warn, error")
 		logFormat     = fs.String("log-format", "console", "log format: console or json")
 		maxFrame      = fs.Int("max-frame", wire.DefaultMaxFrame, "largest message in bytes")
@@ -67,18 +68,8 @@ func runServe(ctx context.Context, args []string) error {
 		gcFloor       = fs.Int64("gc-floor", 32<<20, "bytes the daemon's heap may grow by before the Go collector runs, however small the live heap (large queue items are garbage once delivered; GOGC applies above it, GOMEMLIMIT still bounds it; 0: GOGC alone)")
 	)
 	mflags := addMetricsFlags(fs)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: syncmgr serve [flags]\n\nRun the daemon. The authkey comes from --authkey-file, $SYNCMGR_AUTHKEY (hex)\nor the file named by $SYNCMGR_AUTHKEY_FILE; make one with 'syncmgr keygen'.\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	log, err := newLogger(*logLevel, *logFormat)
 	if err != nil {

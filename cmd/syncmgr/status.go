@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -26,30 +25,26 @@ import (
 )
 
 func runStatus(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("status", flag.ContinueOnError)
-	addr := fs.String("address", defaultAddress(), "daemon address: a socket path or tcp://host:port (default $SYNCMGR_ADDRESS)")
-	keyFile := fs.String("authkey-file", "", "file holding the authkey as hex (default: $SYNCMGR_AUTHKEY, then $SYNCMGR_AUTHKEY_FILE)")
-	limit := fs.Int("limit", 1000, "list at most this many objects")
-	tlsCA := fs.String("tls-ca", os.Getenv("SYNCMGR_TLS_CA"), "TLS: CA file to trust for a tcp:// address (default $SYNCMGR_TLS_CA; TLS is used when set)")
-	tlsCert := fs.String("tls-cert", os.Getenv("SYNCMGR_TLS_CERT"), "TLS: client certificate (PEM) (default $SYNCMGR_TLS_CERT)")
-	tlsKey := fs.String("tls-key", os.Getenv("SYNCMGR_TLS_KEY"), "TLS: client private key (PEM) (default $SYNCMGR_TLS_KEY)")
-	tlsName := fs.String("tls-server-name", os.Getenv("SYNCMGR_TLS_SERVER_NAME"), "TLS: name to check the server's certificate against (default $SYNCMGR_TLS_SERVER_NAME, else the host)")
+	fs := newFlagSet("status", "status [flags]",
+		"List the objects, clients, waiters and shared-memory segments of a running daemon.",
+		"The authkey comes from --authkey-file, else $SYNCMGR_AUTHKEY (hex), else the file\nnamed by $SYNCMGR_AUTHKEY_FILE.")
+	addr := fs.String("address", defaultAddress(), "daemon address: a socket path or tcp://host:port; $SYNCMGR_ADDRESS when set, else the daemon's default socket")
+	keyFile := fs.String("authkey-file", "", "file holding the authkey as hex (unset: $SYNCMGR_AUTHKEY, then the file named by $SYNCMGR_AUTHKEY_FILE)")
+	limit := fs.Int("limit", 1000, "list at most this many objects; the others are counted in a line below the table")
+	tlsCA := fs.String("tls-ca", os.Getenv("SYNCMGR_TLS_CA"), "TLS: CA file to trust for a tcp:// address, which turns TLS on; $SYNCMGR_TLS_CA when set")
+	tlsCert := fs.String("tls-cert", os.Getenv("SYNCMGR_TLS_CERT"), "TLS: client certificate (PEM); $SYNCMGR_TLS_CERT when set")
+	tlsKey := fs.String("tls-key", os.Getenv("SYNCMGR_TLS_KEY"), "TLS: client private key (PEM); $SYNCMGR_TLS_KEY when set")
+	tlsName := fs.String("tls-server-name", os.Getenv("SYNCMGR_TLS_SERVER_NAME"), "TLS: name to check the server's certificate against; $SYNCMGR_TLS_SERVER_NAME when set, else the address's host")
 	asJSON := fs.Bool("json", false, "print one JSON document (server, objects, sessions, waiting, shared_memory) instead of tables")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	key, found, err := auth.LoadKey(*keyFile)
 	if err != nil {
 		return err
 	}
 	if !found {
-		return fmt.Errorf("%w: no authkey: set SYNCMGR_AUTHKEY or SYNCMGR_AUTHKEY_FILE, or pass --authkey-file", errUsage)
+		return fmt.Errorf("%w: no authkey: set SYNCMGR_AUTHKEY (hex, as `syncmgr keygen` prints it) or SYNCMGR_AUTHKEY_FILE, or pass --authkey-file", errUsage)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -62,6 +57,9 @@ func runStatus(ctx context.Context, args []string) error {
 		opts = append(opts, proxy.WithTLS(cfg))
 	}
 	c, err := proxy.Dial(ctx, *addr, key, opts...)
+	if errors.Is(err, auth.ErrAuthFailed) {
+		return fmt.Errorf("%w (the key came from %s)", err, auth.KeySource(*keyFile))
+	}
 	if err != nil {
 		return err
 	}
