@@ -108,6 +108,25 @@ func KeyFile(file string) string {
 	return os.Getenv(EnvKeyFile)
 }
 
+// KeySource says in words where LoadKey(file) takes the key from, for
+// errors about a key the daemon refused: with both variables set, it names
+// the one used and the one ignored.
+func KeySource(file string) string {
+	if file != "" {
+		return "--authkey-file " + file
+	}
+	if _, ok := os.LookupEnv(EnvKey); ok {
+		if f := os.Getenv(EnvKeyFile); f != "" {
+			return "$" + EnvKey + " ($" + EnvKeyFile + "=" + f + " is set too, and ignored while $" + EnvKey + " is set)"
+		}
+		return "$" + EnvKey
+	}
+	if f := os.Getenv(EnvKeyFile); f != "" {
+		return "the file " + f + " named by $" + EnvKeyFile
+	}
+	return "nowhere: no key is set"
+}
+
 // LooseMode reports whether a key file can be read or written by group or
 // others, with its permission bits.
 func LooseMode(path string) (os.FileMode, bool) {

@@ -30,6 +30,9 @@ var (
 	// a reply that could not be decoded, or the daemon ended it). What the
 	// client held is released by the daemon.
 	ErrConnectionLost = errors.New("syncmgr: connection lost")
+	// ErrNoDaemon: Dial found no daemon listening at the address (no
+	// socket file, or nobody accepting); the error says how to start one.
+	ErrNoDaemon = errors.New("no syncmgr daemon is running")
 
 	ErrEmpty        = &wire.Error{Code: wire.CodeEmpty}
 	ErrFull         = &wire.Error{Code: wire.CodeFull}
@@ -192,6 +195,14 @@ func dialOnce(ctx context.Context, address string, key []byte, o *options, deadl
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, network, addr)
 	if err != nil {
+		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
+			start := "syncmgr serve --socket " + addr
+			if network == "tcp" {
+				start = "syncmgr serve --tcp " + addr
+			}
+			return nil, fmt.Errorf("%w at %s (%w): start one with `%s`, or set %s to a running daemon's address",
+				ErrNoDaemon, address, err, start, EnvAddress)
+		}
 		return nil, fmt.Errorf("connect to syncmgr at %s: %w", address, err)
 	}
 	if uc, ok := nc.(*net.UnixConn); ok {

@@ -533,6 +533,27 @@ func (c *conn) cancelParked(id uint64) {
 	}
 }
 
+// shutdownNotice is the unasked reply every connection gets before a
+// graceful shutdown closes it.
+var shutdownNotice = &wire.Error{Code: wire.CodeShutdown, Message: "the syncmgr daemon is shutting down"}
+
+// notifyShutdown writes shutdownNotice, waiting at most noticeTimeout for a
+// client that does not read: the notice is a courtesy, the close is what
+// counts.
+func (c *conn) notifyShutdown() {
+	frame, err := wire.EncodeReply(0, shutdownNotice, nil)
+	if err != nil {
+		return
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	_ = c.nc.SetWriteDeadline(time.Now().Add(noticeTimeout))
+	_, _ = c.nc.Write(frame)
+}
+
+// noticeTimeout bounds the shutdown notice's write.
+const noticeTimeout = 100 * time.Millisecond
+
 // drainParked waits until every parked request has been answered. Requests
 // that would park after it started are answered shutting_down instead, so
 // that no pwg.Add races with its Wait.

@@ -212,8 +212,12 @@ func (s *Server) track(c *conn, add bool) bool {
 }
 
 // Shutdown stops accepting, answers every parked request with
-// shutting_down, closes every connection and waits for them (until ctx
-// ends). Listeners created by Listen remove their socket files.
+// shutting_down, tells every connection that the daemon is stopping (an
+// error frame with request id 0, code shutting_down), closes them and waits
+// for them (until ctx ends). Listeners created by Listen remove their
+// socket files. The notice lets a client whose only link to the daemon is
+// an idle connection (a fast-path sleeper's anchor, a pooled connection)
+// say "shutting down" rather than "gone".
 func (s *Server) Shutdown(ctx context.Context) error {
 	if s.closing.Swap(true) {
 		return nil
@@ -231,6 +235,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	for _, c := range conns {
 		c.drainParked(ctx)
 	}
+	var told sync.WaitGroup
+	for _, c := range conns {
+		told.Add(1)
+		go func() { defer told.Done(); c.notifyShutdown() }()
+	}
+	told.Wait()
 	s.cancel()
 	for _, c := range conns {
 		c.close()
