@@ -177,9 +177,15 @@ def test_fast_path_attaches_are_counted(daemon, monkeypatch):
         pytest.skip(f"fast path not available here: {_fast.reasons.get(daemon.address, 'no extension')}")
     assert lock.acquire(timeout=5)
     lock.release()
-    _, _, after = _get(base + "/metrics")
+    # An op is counted just after its reply is written: wait for the count.
     for op in ("fastpath_attach", "fastpath_ref"):
         series = f'syncmgr_ops_total{{kind="server",op="{op}",result="ok"}}'
+        deadline = time.monotonic() + 10
+        while True:
+            _, _, after = _get(base + "/metrics")
+            if _value(after, series) >= _value(before, series) + 1 or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
         assert _value(after, series) >= _value(before, series) + 1, series
 
 
