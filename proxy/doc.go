@@ -46,7 +46,12 @@
 //
 // Errors the daemon answered are *wire.Error values, matched with errors.Is
 // against ErrEmpty, ErrFull, ErrNotOwner, ... (which compare codes); a dead
-// connection is ErrConnectionLost (or ErrClosed after Close).
+// connection is ErrConnectionLost (or ErrClosed after Close), which also
+// matches ErrShutdown when the daemon said it was stopping gracefully. Dial
+// to an address where no daemon listens returns ErrNoDaemon, whose message
+// names the command that starts one. A Client does not reconnect: after a
+// daemon restart, Dial again and get the handles again (named objects by
+// their names; their state starts empty).
 //
 //	c, err := proxy.Dial(ctx, "/run/user/1000/syncmgr.sock", key)
 //	lock, err := c.Lock(ctx, "ingest")

@@ -6,8 +6,10 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"github.com/syncmgr/syncmgr/auth"
 )
@@ -46,6 +48,16 @@ func DialEnv(ctx context.Context, opts ...Option) (*Client, error) {
 		return nil, err
 	}
 	if !found {
+		// No daemon there is the first thing to fix: say that before the key.
+		network, addr := ParseAddress(DefaultAddress())
+		var d net.Dialer
+		nc, derr := d.DialContext(ctx, network, addr)
+		if derr != nil && (errors.Is(derr, syscall.ENOENT) || errors.Is(derr, syscall.ECONNREFUSED)) {
+			return nil, fmt.Errorf("%w at %s (%w); and no authkey is set either", ErrNoDaemon, DefaultAddress(), derr)
+		}
+		if nc != nil {
+			nc.Close()
+		}
 		return nil, ErrNoKey
 	}
 	label := fmt.Sprintf("%s[%d]", filepath.Base(os.Args[0]), os.Getpid())
@@ -57,7 +69,11 @@ func DialEnv(ctx context.Context, opts ...Option) (*Client, error) {
 	if tcfg != nil {
 		defaults = append(defaults, WithTLS(tcfg))
 	}
-	return Dial(ctx, DefaultAddress(), key, append(defaults, opts...)...)
+	c, err := Dial(ctx, DefaultAddress(), key, append(defaults, opts...)...)
+	if errors.Is(err, auth.ErrAuthFailed) {
+		return nil, fmt.Errorf("%w (the key came from %s)", err, auth.KeySource(""))
+	}
+	return c, err
 }
 
 // The TLS variables, the same the Python client reads (and

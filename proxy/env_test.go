@@ -73,13 +73,28 @@ func TestDialEnvErrors(t *testing.T) {
 		t.Fatalf("bad key: err = %v", err)
 	}
 	t.Setenv("SYNCMGR_AUTHKEY", hex.EncodeToString([]byte("a different key")))
-	if _, err := proxy.DialEnv(ctx); !errors.Is(err, proxy.ErrAuthFailed) {
-		t.Fatalf("wrong key: err = %v, want ErrAuthFailed", err)
+	if _, err := proxy.DialEnv(ctx); !errors.Is(err, proxy.ErrAuthFailed) || !strings.Contains(err.Error(), "the key came from $SYNCMGR_AUTHKEY") {
+		t.Fatalf("wrong key: err = %v, want ErrAuthFailed naming $SYNCMGR_AUTHKEY", err)
 	}
+	// Both variables set: the error names the one used and the one ignored.
+	keyFile := filepath.Join(t.TempDir(), "authkey")
+	if err := os.WriteFile(keyFile, []byte(hex.EncodeToString(clientKey)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SYNCMGR_AUTHKEY_FILE", keyFile)
+	if _, err := proxy.DialEnv(ctx); !errors.Is(err, proxy.ErrAuthFailed) || !strings.Contains(err.Error(), keyFile+" is set too, and ignored") {
+		t.Fatalf("wrong key with both set: err = %v", err)
+	}
+	t.Setenv("SYNCMGR_AUTHKEY_FILE", "")
 	t.Setenv("SYNCMGR_AUTHKEY", hex.EncodeToString(clientKey))
 	t.Setenv("SYNCMGR_ADDRESS", filepath.Join(t.TempDir(), "nothing.sock"))
-	if _, err := proxy.DialEnv(ctx); err == nil || !strings.Contains(err.Error(), "nothing.sock") {
-		t.Fatalf("no daemon: err = %v", err)
+	if _, err := proxy.DialEnv(ctx); !errors.Is(err, proxy.ErrNoDaemon) || !strings.Contains(err.Error(), "nothing.sock") {
+		t.Fatalf("no daemon: err = %v, want ErrNoDaemon", err)
+	}
+	// No daemon and no key: the missing daemon is reported first.
+	os.Unsetenv("SYNCMGR_AUTHKEY")
+	if _, err := proxy.DialEnv(ctx); !errors.Is(err, proxy.ErrNoDaemon) || !strings.Contains(err.Error(), "no authkey") {
+		t.Fatalf("no daemon, no key: err = %v, want ErrNoDaemon that also says no key is set", err)
 	}
 }
 
