@@ -2,7 +2,9 @@
 the wheel's platform tag live in _daemon_build.py. The optional C extension
 syncmgr._fastpath (the same-host fast path) is built here: without a C
 compiler (or off Linux) the install succeeds without it and the client uses
-the socket path for every object."""
+the socket path for every object. SYNCMGR_WHEEL_REQUIRE_EXT=1 (what
+scripts/build-wheels.sh sets) makes a failed extension build fail the wheel
+instead."""
 
 import glob
 import os
@@ -22,7 +24,7 @@ if sys.platform.startswith("linux"):
             sources=sorted(glob.glob("csrc/fp_*.c")),
             depends=["csrc/fastpath.h"],
             extra_compile_args=["-O2", "-Wall", "-Wextra", "-fvisibility=hidden"],
-            optional=True,
+            optional=os.environ.get("SYNCMGR_WHEEL_REQUIRE_EXT") != "1",
         )
     )
 
