@@ -65,6 +65,7 @@ from .exceptions import (
     ObjectError,
     ProtocolError,
     SegmentExistsError,
+    SegmentNotFoundError,
     ServerGoneError,
     ServerRestartedError,
     ShuttingDownError,
@@ -72,7 +73,7 @@ from .exceptions import (
     SyncMgrTypeError,
     SyncMgrValueError,
 )
-from .shared_memory import SharedMemory, SharedMemoryHostError
+from .shared_memory import SharedMemory, SharedMemoryFileError, SharedMemoryHostError
 
 _shm.client_for = _get_client
 
@@ -115,6 +116,7 @@ __all__ = [
     "ObjectError",
     "ProtocolError",
     "SegmentExistsError",
+    "SegmentNotFoundError",
     "ServerGoneError",
     "ServerRestartedError",
     "ShuttingDownError",
@@ -122,4 +124,5 @@ __all__ = [
     "SyncMgrTypeError",
     "SyncMgrValueError",
     "SharedMemoryHostError",
+    "SharedMemoryFileError",
 ]

@@ -166,15 +166,25 @@ def normalize_address(address: Any) -> str:
 
 def key_from_env() -> bytes:
     """The authkey from $SYNCMGR_AUTHKEY (hex), else the file named by $SYNCMGR_AUTHKEY_FILE."""
+    return key_and_source_from_env()[0]
+
+
+def key_and_source_from_env() -> tuple[bytes, str]:
+    """key_from_env, with words for where the key came from (for errors)."""
     hexkey = os.environ.get("SYNCMGR_AUTHKEY")
-    if hexkey is None and os.environ.get("SYNCMGR_AUTHKEY_FILE"):
-        path = os.environ["SYNCMGR_AUTHKEY_FILE"]
+    kfile = os.environ.get("SYNCMGR_AUTHKEY_FILE")
+    if hexkey is not None:
+        source = "$SYNCMGR_AUTHKEY"
+        if kfile:
+            source += f" ($SYNCMGR_AUTHKEY_FILE={kfile} is set too, and ignored while $SYNCMGR_AUTHKEY is set)"
+    elif kfile:
+        source = f"the file {kfile} named by $SYNCMGR_AUTHKEY_FILE"
         try:
-            with open(path) as f:
+            with open(kfile) as f:
                 hexkey = f.read()
         except OSError as e:
             raise exc.AuthenticationError(f"cannot read the authkey file named by SYNCMGR_AUTHKEY_FILE: {e}") from None
-    if hexkey is None:
+    else:
         raise exc.AuthenticationError(
             "no syncmgr authkey: set SYNCMGR_AUTHKEY (hex) or SYNCMGR_AUTHKEY_FILE in this process's environment "
             "(with Ray: ray.init(runtime_env=manager.runtime_env()))"
@@ -182,10 +192,46 @@ def key_from_env() -> bytes:
     try:
         key = bytes.fromhex(hexkey.strip())
     except ValueError:
-        raise exc.AuthenticationError("the syncmgr authkey must be hex (make one with `syncmgr keygen`)") from None
+        raise exc.AuthenticationError(
+            f"the syncmgr authkey in {source} is not hex (make one with `syncmgr keygen`)") from None
     if not key:
-        raise exc.AuthenticationError("the syncmgr authkey is empty")
-    return key
+        raise exc.AuthenticationError(f"the syncmgr authkey in {source} is empty")
+    return key, source
+
+
+_HEX_DIGITS = frozenset(b"0123456789abcdefABCDEF")
+
+
+def coerce_key(key: Any) -> bytes:
+    """An authkey as given to connect() or Manager(): bytes are the key
+    itself; a str is the key in hex, as ``syncmgr keygen`` prints it and
+    $SYNCMGR_AUTHKEY holds it."""
+    if isinstance(key, (bytes, bytearray, memoryview)):
+        b = bytes(key)
+        if not b:
+            raise ValueError("the syncmgr authkey is empty")
+        return b
+    if isinstance(key, str):
+        try:
+            b = bytes.fromhex(key.strip())
+        except ValueError:
+            raise ValueError(
+                "an authkey given as a str must be hex, as `syncmgr keygen` prints it; pass raw key bytes as bytes"
+            ) from None
+        if not b:
+            raise ValueError("the syncmgr authkey is empty")
+        return b
+    raise TypeError(
+        "an authkey is bytes (the key itself) or a str of hex (as `syncmgr keygen` prints it), "
+        f"not {type(key).__name__}"
+    )
+
+
+def looks_like_hex_text(key: bytes) -> bool:
+    """Whether key is hex digits as text (b"3fa9..."): most likely the
+    output of `syncmgr keygen` passed as bytes, where the key's own bytes
+    (bytes.fromhex) or the str were meant."""
+    return len(key) >= 32 and len(key) % 2 == 0 and all(c in _HEX_DIGITS for c in key)
 
 
 def _same_address(a: str, b: str) -> bool:
@@ -228,41 +274,58 @@ def read_key_file(kpath: str) -> Optional[bytes]:
 
 
 def key_for(address: str) -> bytes:
-    """The authkey for the daemon at address, when none was given.
+    """The authkey for the daemon at address, when none was given (see
+    key_and_source_for)."""
+    return key_and_source_for(address)[0]
+
+
+def key_and_source_for(address: str) -> tuple[bytes, str]:
+    """The authkey for the daemon at address, when none was given, and
+    words for where it came from.
 
     In order: the environment's key ($SYNCMGR_AUTHKEY or
     $SYNCMGR_AUTHKEY_FILE) when $SYNCMGR_ADDRESS is unset or names this
     address; the key file beside the socket of an embedded daemon; the
-    environment's key anyway; else AuthenticationError. So a child finds the
-    key of the daemon its proxy names, whichever manager started first, and
-    whether or not its environment was inherited (forkserver).
+    environment's key anyway; else, when no daemon answers at the address,
+    the ConnectError that says so (the missing daemon is the first thing to
+    fix), and otherwise an AuthenticationError that names the variables to
+    set. So a child finds the key of the daemon its proxy names, whichever
+    manager started first, and whether or not its environment was inherited
+    (forkserver).
     """
     env_addr = os.environ.get("SYNCMGR_ADDRESS")
     have_env = "SYNCMGR_AUTHKEY" in os.environ or "SYNCMGR_AUTHKEY_FILE" in os.environ
     if have_env and (not env_addr or _same_address(env_addr, address)):
-        return key_from_env()
+        return key_and_source_from_env()
     key = key_file_beside(address)
     if key is not None:
-        return key
+        return key, "the syncmgr.key file beside the socket"
     if have_env:
-        return key_from_env()
+        return key_and_source_from_env()
+    _connect(address, None).close()  # no daemon there: say that first
     raise exc.AuthenticationError(
         f"no syncmgr authkey for {address}: set SYNCMGR_AUTHKEY (hex) or SYNCMGR_AUTHKEY_FILE in this process's "
-        "environment (with Ray: ray.init(runtime_env=manager.runtime_env()))"
+        "environment, or pass the key to connect() (with Ray: ray.init(runtime_env=manager.runtime_env()))"
     )
 
 
-def get_client(address: str, authkey: Optional[bytes] = None, ssl_context: Optional[ssl.SSLContext] = None) -> Client:
-    """The process's client for address (created on first use)."""
+def get_client(address: str, authkey: Any = None, ssl_context: Optional[ssl.SSLContext] = None) -> Client:
+    """The process's client for address (created on first use). authkey:
+    bytes, or a str of hex (coerce_key); None finds it (key_and_source_for)."""
     address = normalize_address(address)
     if ssl_context is None and address.startswith("tcp://"):
         ssl_context = tls_context_from_env()
+    key = coerce_key(authkey) if authkey is not None else None
     with _clients_lock:
         c = _clients.get(address)
-        if c is None or (authkey is not None and c._key != authkey) or (
+        if c is None or (key is not None and c._key != key) or (
             ssl_context is not None and c._ssl is not ssl_context
         ):
-            c = Client(address, authkey if authkey is not None else key_for(address), ssl_context)
+            if key is not None:
+                source = "the authkey passed to connect() or Manager()"
+            else:
+                key, source = key_and_source_for(address)
+            c = Client(address, key, ssl_context, key_source=source)
             _clients[address] = c
         return c
 
@@ -271,13 +334,15 @@ class Connection:
     """One authenticated socket to the daemon."""
 
     def __init__(self, address: str, key: bytes, session: bytes, ssl_context: Optional[ssl.SSLContext] = None,
-                 retry: bool = True) -> None:
+                 retry: bool = True, key_source: str = "") -> None:
         """Connect and authenticate. With retry, a ``limit`` answer (the
         daemon's connection caps) and a connection the daemon drops during
         the handshake (its handshake budget is full) are tried again, after
         the daemon's retry hint or a short growing pause, within
         CONNECT_TIMEOUT; a wrong key is never tried again."""
         self.address = address
+        self.key_source = key_source  # where the key came from, for an AuthenticationError
+        self._key_is_hex_text = looks_like_hex_text(key)
         self.max_frame = 64 << 20
         self.boot_id = ""
         self.run_id = ""
@@ -342,7 +407,8 @@ class Connection:
                 raise exc.ProtocolError(f"unexpected handshake reply from {self.address}")
             expect = hmac.new(key, _SERVER_LABEL + nc + ns, hashlib.sha256).digest()
             if not hmac.compare_digest(welcome.get("mac", b""), expect):
-                raise exc.AuthenticationError(f"the server at {self.address} did not prove it knows the authkey")
+                raise exc.AuthenticationError(
+                    f"the server at {self.address} did not prove it knows the authkey{self._key_hint()}")
             self.boot_id = welcome.get("boot_id", "")
             self.run_id = str(welcome.get("run", ""))
         except (exc.ServerGoneError, ConnectionResetError, BrokenPipeError) as e:
@@ -361,10 +427,19 @@ class Connection:
     def _refused(self, msg: dict[str, Any]) -> None:
         code, message = msg.get("code", ""), msg.get("message", "")
         if code == "auth_failed":
-            raise exc.AuthenticationError(f"syncmgr at {self.address} refused this client: {message}")
+            raise exc.AuthenticationError(f"syncmgr at {self.address} refused this client: {message}{self._key_hint()}")
         e = exc.from_code(code, f"syncmgr at {self.address}: {message}")
         e.retry_after = _retry_hint(msg)  # type: ignore[attr-defined]
         raise e
+
+    def _key_hint(self) -> str:
+        """What an authentication error adds: where the key came from, and
+        the likely mistake of passing keygen's hex as bytes."""
+        hint = f" (the key came from {self.key_source})" if self.key_source else ""
+        if self._key_is_hex_text:
+            hint += ("; the key given is hex digits as bytes: `syncmgr keygen` prints hex, so pass it as a str "
+                     "(connect(address, key_hex)) or as bytes.fromhex(key_hex)")
+        return hint
 
     def _send(self, buffers: list[Any]) -> None:
         if len(buffers) == 1:
@@ -448,17 +523,44 @@ class Connection:
                 pass
 
 
-def _alive(sock: socket.socket) -> bool:
-    """Whether an idle pooled socket is still open (one non-blocking peek;
-    pooled sockets are in blocking mode, so the flag is honoured)."""
+def _idle_check(conn: Connection) -> tuple[bool, Optional[exc.SyncMgrError]]:
+    """Whether an idle pooled connection is still usable, and the error the
+    daemon sent on it unasked, if any: a daemon that stops gracefully tells
+    every connection so (an error frame with request id 0, code
+    ``shutting_down``) before closing it. Reads only what is there (pooled
+    sockets are in blocking mode, so MSG_DONTWAIT is honoured)."""
+    read = bytes(conn._rview[conn._rstart:conn._rend])  # read with an earlier reply, not yet looked at
+    if read:
+        return False, _notice_in(read)
+    sock = conn.sock
     if isinstance(sock, ssl.SSLSocket):
-        return True  # no peeking under TLS; a dead one fails on use
+        return True, None  # no peeking under TLS; a dead one fails on use
     try:
-        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
+        if sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b"":
+            return False, None
+        data = sock.recv(1 << 16, socket.MSG_DONTWAIT)
     except BlockingIOError:
-        return True
+        return True, None
     except (OSError, ValueError):
-        return False
+        return False, None
+    return False, _notice_in(data)
+
+
+def _notice_in(data: bytes) -> Optional[exc.SyncMgrError]:
+    """The error of an unasked reply (request id 0) at the start of data, if
+    data holds a whole one."""
+    if len(data) < 4:
+        return None
+    n = int.from_bytes(data[:4], "big")
+    if len(data) < 4 + n:
+        return None
+    try:
+        rid, err, _ = msgpack.unpackb(data[4:4 + n], raw=False)
+        if rid == 0 and err:
+            return exc.from_code(str(err[0]), str(err[1]))
+    except (ValueError, TypeError, IndexError, msgpack.UnpackException):
+        pass
+    return None
 
 
 class _NoReady(Exception):
@@ -549,9 +651,11 @@ class Client:
     """A process's connections to one daemon: the socket transport
     (``_transport.Transport``)."""
 
-    def __init__(self, address: str, key: bytes, ssl_context: Optional[ssl.SSLContext] = None) -> None:
+    def __init__(self, address: str, key: bytes, ssl_context: Optional[ssl.SSLContext] = None,
+                 key_source: str = "") -> None:
         self.address = address
         self._key = key
+        self._key_source = key_source
         self._ssl = ssl_context
         self._pid = os.getpid()
         self._pool: list[Connection] = []
@@ -563,6 +667,7 @@ class Client:
         self.max_frame = 64 << 20
         self._connected_once = False
         self._lost = False  # a connection was lost: log the next one made
+        self._stopping = False  # the daemon said it is shutting down (and has not been reached since)
 
     def _forget_after_fork(self) -> None:
         # The parent's sockets are not ours: drop them without a word on the wire.
@@ -588,15 +693,20 @@ class Client:
                     if not self._pool:
                         break
                     conn = self._pool.pop()
-                if time.monotonic() - conn.last_used < _IDLE_CHECK or _alive(conn.sock):
+                if time.monotonic() - conn.last_used < _IDLE_CHECK:
                     return conn
+                alive, notice = _idle_check(conn)
+                if alive:
+                    return conn
+                self._noticed(notice)
                 conn.close()  # the daemon closed it (e.g. it restarted): the others are stale too
                 self.close()
                 if not self._lost:
                     _log.info("syncmgr at %s closed idle connections (restarted?); reconnecting", self.address)
                     self._lost = True
             try:
-                conn = Connection(self.address, self._key, _session_id, self._ssl, retry=False)
+                conn = Connection(self.address, self._key, _session_id, self._ssl, retry=False,
+                                  key_source=self._key_source)
                 break
             except (exc.LimitError, _HandshakeDropped) as e:
                 # The daemon's caps or its handshake budget: try again (a
@@ -607,6 +717,12 @@ class Client:
                     raise
                 time.sleep(wait)
             except exc.ConnectError as e:
+                if self._stopping:  # it said it was shutting down: say that, not "gone"
+                    raise exc.ShuttingDownError(
+                        f"the syncmgr daemon at {self.address} has shut down (a graceful stop), and its objects with "
+                        "it: start it again (`syncmgr serve`); named objects are then created again, empty, on first "
+                        "use, and anonymous ones must be made again with the manager's factories"
+                    ) from e
                 if self._connected_once:  # it was there before: the daemon is gone
                     _log.warning("syncmgr daemon at %s is gone: %s", self.address, e)
                     raise exc.ServerGoneError(f"the syncmgr daemon at {self.address} is gone: {e}") from e
@@ -616,9 +732,15 @@ class Client:
         elif self._lost:
             _log.info("reconnected to syncmgr at %s", self.address)
         self._lost = False
+        self._stopping = False
         self.boot_id, self.run_id, self.max_frame = conn.boot_id, conn.run_id, conn.max_frame
         self._connected_once = True
         return conn
+
+    def _noticed(self, notice: Optional[exc.SyncMgrError]) -> None:
+        """Remember a shutdown the daemon announced (an unasked reply)."""
+        if isinstance(notice, exc.ShuttingDownError):
+            self._stopping = True
 
     def _give_back(self, conn: Connection) -> None:
         if conn.closed:
@@ -650,31 +772,62 @@ class Client:
         daemon and ``undo`` gets any result that raced in, so nothing is
         taken in the caller's name.
         """
-        conn = self._take()
         rid = next(self._ids)
-        frames = []
         notes = []
         while self._notes:
             try:
-                note = self._notes.popleft()
+                notes.append(self._notes.popleft())
             except IndexError:
                 break
-            notes.append(note)
-            frames.append(encode_request(0, note[0], note[1]))
+        frames = [encode_request(0, note[0], note[1]) for note in notes]
         req = encode_request(rid, op, args, blob_key, blob)
-        try:
-            check_size(req, conn.max_frame, op)
-        except exc.FrameTooLargeError:
-            self._notes.extendleft(reversed(notes))
-            self._give_back(conn)
-            raise
         frames.append(req)
+        for attempt in (0, 1):
+            try:
+                conn = self._take()
+            except BaseException:
+                self._notes.extendleft(reversed(notes))
+                raise
+            try:
+                check_size(req, conn.max_frame, op)
+            except exc.FrameTooLargeError:
+                self._notes.extendleft(reversed(notes))
+                self._give_back(conn)
+                raise
+            try:
+                conn.send_requests(frames)
+                break
+            except KeyboardInterrupt:
+                self._interrupted(conn, rid, undo)
+                raise
+            except OSError as e:
+                # A pooled connection the daemon closed since its last use
+                # (a restart within _IDLE_CHECK): the send failed, so the
+                # daemon read nothing of it, and it is sent once more on a
+                # fresh connection. A shutdown the daemon announced on it is
+                # raised as such.
+                _, notice = _idle_check(conn) if conn.last_used else (False, None)
+                conn.close()
+                self._noticed(notice)
+                if notice is not None:
+                    raise notice from None
+                if attempt == 0 and conn.last_used:
+                    self.close()
+                    continue
+                if not self._lost:
+                    _log.warning("lost the connection to syncmgr at %s: %s", self.address, e)
+                    self._lost = True
+                raise exc.ServerGoneError(f"lost the connection to syncmgr at {self.address}: {e}") from None
+            except BaseException:
+                conn.close()
+                raise
         try:
-            conn.send_requests(frames)
             rep_id, err, result = conn.recv_reply()
             while rep_id != rid:  # a stray reply (e.g. to a cancel); skip it
                 if rep_id == 0 and err:
-                    raise exc.from_code(err[0], err[1])
+                    notice = exc.from_code(err[0], err[1])
+                    self._noticed(notice)
+                    raise notice
                 rep_id, err, result = conn.recv_reply()
         except KeyboardInterrupt:
             self._interrupted(conn, rid, undo)

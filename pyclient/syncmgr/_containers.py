@@ -71,7 +71,7 @@ class DictProxy(BaseProxy):
         try:
             return _loads(self._call("get", key=canonical_key(key)))
         except exc.KeyNotFoundError:
-            raise KeyError(key) from None
+            raise exc.KeyNotFoundError(key) from None
 
     def get(self, key: Any, default: Any = None) -> Any:
         try:
@@ -86,7 +86,7 @@ class DictProxy(BaseProxy):
         try:
             self._call("del", key=canonical_key(key))
         except exc.KeyNotFoundError:
-            raise KeyError(key) from None
+            raise exc.KeyNotFoundError(key) from None
 
     def __contains__(self, key: Any) -> bool:
         return bool(self._call("contains", key=canonical_key(key)))
@@ -120,14 +120,14 @@ class DictProxy(BaseProxy):
             return _loads(self._call("pop", key=canonical_key(key)))
         except exc.KeyNotFoundError:
             if default is _MISSING:
-                raise KeyError(key) from None
+                raise exc.KeyNotFoundError(key) from None
             return default
 
     def popitem(self) -> tuple[Any, Any]:
         try:
             kp, v = self._call("popitem")
         except exc.KeyNotFoundError:
-            raise KeyError("popitem(): dictionary is empty") from None
+            raise exc.KeyNotFoundError("popitem(): dictionary is empty") from None
         return _loads(kp), _loads(v)
 
     def setdefault(self, key: Any, default: Any = None) -> Any:
@@ -245,7 +245,7 @@ class ListProxy(BaseProxy):
         try:
             return _loads(self._call("getitem", index=int(i)))
         except exc.IndexOutOfRangeError:
-            raise IndexError("list index out of range") from None
+            raise exc.IndexOutOfRangeError("list index out of range") from None
 
     def __setitem__(self, i: Any, value: Any) -> None:
         if isinstance(i, slice):
@@ -259,7 +259,7 @@ class ListProxy(BaseProxy):
         try:
             self._call("setitem", index=int(i), value=_dumps(value))
         except exc.IndexOutOfRangeError:
-            raise IndexError("list assignment index out of range") from None
+            raise exc.IndexOutOfRangeError("list assignment index out of range") from None
 
     def __delitem__(self, i: Any) -> None:
         if isinstance(i, slice):
@@ -272,7 +272,7 @@ class ListProxy(BaseProxy):
         try:
             self._call("delitem", index=int(i))
         except exc.IndexOutOfRangeError:
-            raise IndexError("list assignment index out of range") from None
+            raise exc.IndexOutOfRangeError("list assignment index out of range") from None
 
     def __iter__(self) -> Iterator[Any]:
         """Live iteration by index, as the stock ListProxy (which iterates
@@ -334,7 +334,7 @@ class ListProxy(BaseProxy):
         try:
             return _loads(self._call("pop", index=int(i)))
         except exc.IndexOutOfRangeError as e:
-            raise IndexError(str(e).split(": ", 1)[-1]) from None
+            raise exc.IndexOutOfRangeError(str(e).split(": ", 1)[-1]) from None
 
     def remove(self, value: Any) -> None:
         try:

@@ -172,14 +172,23 @@ class FastPath:
             raise
 
     def _watch(self) -> None:
-        # Nothing is ever sent on the anchor after the attach: a read returns
-        # only when the daemon closes it (it stopped or died).
+        # Nothing is asked on the anchor after the attach: what comes is the
+        # daemon's notice that it is shutting down (an unasked reply), then
+        # the close (or the close alone: it died).
         sock = self.anchor.sock
+        got = b""
         try:
-            while sock.recv(4096):
-                pass
+            while True:
+                data = sock.recv(4096)
+                if not data:
+                    break
+                if len(got) < 4096:
+                    got += data
         except (OSError, ValueError):
             pass
+        # Before the sleepers wake: their calls go to the socket path, and
+        # the client then says "shutting down", not "gone".
+        self.client._noticed(_connection._notice_in(got))
         self.ok = False
         self.seg.detach()  # sleepers leave their waits for the socket path
         for h in list(self.handles):
@@ -231,8 +240,12 @@ def path_for(client: Client) -> Optional[FastPath]:
     (0.5 s to 30 s)."""
     key = id(client)
     fp = _paths.get(key, False)
-    if fp is not False:
+    if fp is not False and (fp is None or fp.ok or fp.pid != os.getpid()):
         return fp  # type: ignore[return-value]
+    if fp is not False:  # that daemon run has ended (its anchor closed): map the next one's
+        with _paths_lock:
+            if _paths.get(key) is fp:
+                del _paths[key]
     r = _retry.get(key)
     if r is not None and time.monotonic() < r[0]:
         return None
@@ -294,6 +307,17 @@ def attach(proxy: BaseProxy) -> None:
     else:
         return
     h.install(proxy)
+
+
+def reattach(proxy: BaseProxy) -> None:
+    """Move proxy to the fast path of the daemon run its client reaches now
+    (after its object was created again in a restarted daemon): the old
+    handle's words and ring belong to the run that ended."""
+    h = proxy.__dict__.get("_fast")
+    if h is not None:
+        h.fp.handles.discard(h)
+        h.uninstall(proxy)
+    attach(proxy)
 
 
 def active(proxy: BaseProxy) -> bool:
@@ -721,7 +745,7 @@ class _QueueHandle(_Handle):
                 self._put_parts(item, _dumps_parts(item), t, block, timeout)
                 return
             if r is _QEMPTY:
-                raise exc.Full()
+                raise exc.Full(_FULL)
         self.slow("put", item, block, timeout)
 
     def _put_parts(self, item: Any, parts: list[Any], t: float, block: bool, timeout: Optional[float]) -> None:
@@ -732,7 +756,7 @@ class _QueueHandle(_Handle):
         if r == OK:
             return
         if r == BUSY:
-            raise exc.Full()
+            raise exc.Full(_FULL)
         p = self.proxy()
         if p is not None and p.__dict__.get("_fast") is self:  # not pickled twice
             p._put_encoded(parts, block, timeout)  # type: ignore[attr-defined]
@@ -749,7 +773,7 @@ class _QueueHandle(_Handle):
             if type(r) is bytearray:  # not a plain scalar: Python decodes it
                 return _loads(r)
             if r is _QEMPTY:
-                raise exc.Empty()
+                raise exc.Empty(_EMPTY)
             if r is not _QDAEMON:
                 return r
         return self.slow("get", block, timeout)
@@ -797,7 +821,7 @@ class _QueueHandle(_Handle):
             if type(r) is list:
                 return [_loads(x) if type(x) is bytearray else x for x in r]
             if r == BUSY:
-                raise exc.Empty()
+                raise exc.Empty(_EMPTY)
         return self.slow("get_many", max_items, block, timeout)  # type: ignore[no-any-return]
 
     def task_done(self) -> None:
@@ -850,6 +874,8 @@ _QENCODE = getattr(_ext, "QENCODE", None)
 _QEMPTY = getattr(_ext, "QEMPTY", None)
 _QDAEMON = getattr(_ext, "QDAEMON", None)
 _SCALARS = frozenset((type(None), bool, int, float, str, bytes))
+# The daemon's words for the same errors, so both paths read alike.
+_FULL, _EMPTY = "queue full", "queue empty"
 
 
 def _check_count(max_items: Any) -> None:

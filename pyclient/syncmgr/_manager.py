@@ -20,6 +20,7 @@ from . import shared_memory as shm
 from ._connection import (
     TLS_ENV,
     Client,
+    coerce_key,
     default_address,
     get_client,
     key_for,
@@ -46,14 +47,15 @@ class Manager:
     ``Manager(address, authkey)`` uses a running daemon instead.
     """
 
-    def __init__(self, address: Optional[Union[str, tuple[str, int]]] = None, authkey: Optional[bytes] = None, *,
+    def __init__(self, address: Optional[Union[str, tuple[str, int]]] = None,
+                 authkey: Union[bytes, str, None] = None, *,
                  ssl_context: Optional[ssl.SSLContext] = None, log_level: str = "warn",
                  daemon_args: tuple[str, ...] = (), label: Optional[str] = None) -> None:
         if label is not None:
             set_label(label)
         self._embedded = address is None
         self._address: Optional[str] = normalize_address(address) if address is not None else None
-        self._authkey = authkey
+        self._authkey = coerce_key(authkey) if authkey is not None else None  # bytes, or hex as keygen prints it
         self._ssl = ssl_context
         self._log_level = log_level
         self._daemon_args = tuple(daemon_args)
@@ -74,8 +76,8 @@ class Manager:
         if self._embedded:
             self._start_daemon()
         else:
-            key = self._authkey if self._authkey is not None else key_for(self._address or default_address())
-            self._client = get_client(self._address or default_address(), key, self._ssl)
+            self._client = get_client(self._address or default_address(), self._authkey, self._ssl)
+            self._authkey = self._client._key
             self._client.call("ping", {})
         self._state = "started"
         return self
@@ -214,7 +216,7 @@ class Manager:
             args["name"] = name
         res = client.call("create", args)
         p = cls.__new__(cls)
-        p._bind(client, res["name"], owned=True)
+        p._bind(client, res["name"], owned=True, params=params or None)
         p._setstate(state)
         _fast.attach(p)
         return p
@@ -326,17 +328,18 @@ class Manager:
         return shm.RawValue(self._c(), typecode_or_type, *args)
 
 
-def connect(address: Optional[Union[str, tuple[str, int]]] = None, authkey: Optional[bytes] = None, *,
+def connect(address: Optional[Union[str, tuple[str, int]]] = None, authkey: Union[bytes, str, None] = None, *,
             ssl_context: Optional[ssl.SSLContext] = None, label: Optional[str] = None) -> Manager:
     """A manager for a running daemon: address defaults to $SYNCMGR_ADDRESS,
     authkey to $SYNCMGR_AUTHKEY (hex) or the file named by $SYNCMGR_AUTHKEY_FILE.
+    An authkey given here is the key's bytes, or a str of hex as
+    ``syncmgr keygen`` prints it.
     ``label`` names this process in ``syncmgr status`` (default: program
     name and pid, plus the Ray worker id in a Ray worker)."""
     m = Manager(address or default_address(), authkey, ssl_context=ssl_context, label=label)
     m._state = "started"
     addr = m._address or default_address()
-    key = authkey if authkey is not None else key_for(addr)
-    m._authkey = key
-    m._client = get_client(addr, key, ssl_context)
+    m._client = get_client(addr, m._authkey, ssl_context)
+    m._authkey = m._client._key
     return m
 

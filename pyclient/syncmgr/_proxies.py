@@ -9,11 +9,22 @@ Anonymous objects are reference counted by the daemon: each proxy instance
 holds one reference, taken by ``create`` for the creating proxy and by an
 ``incref`` sent with the first call of an unpickled one, and dropped by a
 ``decref`` queued when the proxy is garbage collected.
+
+A proxy remembers the daemon run it last saw its object in, and the
+parameters it was created with. When the daemon has restarted since (its
+run id changed) and no longer has the object:
+
+* a **named** object is created again, empty, with the kind and parameters
+  the proxy carries (get-or-create, as its factory does), and the call goes
+  on: a proxy pickled into a Ray worker keeps working across a restart;
+* an **anonymous** object cannot be found again by anyone, so the call
+  raises ``ServerRestartedError``, which says to call the factory again.
 """
 
 from __future__ import annotations
 
 import ctypes
+import logging
 import math
 import threading
 import time
@@ -36,9 +47,13 @@ def _loads(b: Any) -> Any:
     return _values.loads(b)
 
 
-def _rebuild(cls: type[BaseProxy], address: str, name: str, state: Any) -> BaseProxy:
+_log = logging.getLogger("syncmgr")
+
+
+def _rebuild(cls: type[BaseProxy], address: str, name: str, state: Any, params: Optional[dict[str, Any]] = None,
+             run: str = "") -> BaseProxy:
     p = cls.__new__(cls)
-    p._bind(get_client(address), name, owned=False)
+    p._bind(get_client(address), name, owned=False, params=params, run=run)
     p._setstate(state)
     _fast.attach(p)
     return p
@@ -51,12 +66,15 @@ class BaseProxy:
     _client: Transport
     _name: str
 
-    def _bind(self, client: Transport, name: str, owned: bool) -> None:
+    def _bind(self, client: Transport, name: str, owned: bool, params: Optional[dict[str, Any]] = None,
+              run: str = "") -> None:
         self._client = client
         self._name = name
         self._anon = name.startswith("anon-")
         self._shared = False
         self._referenced = owned
+        self._params = params  # the create arguments beyond kind and name (for a re-create after a restart)
+        self._run = run or getattr(client, "run_id", "")  # the daemon run the object was last seen in
         if self._anon and owned:
             weakref.finalize(self, client.notify, "decref", {"name": name})
 
@@ -81,11 +99,41 @@ class BaseProxy:
         return args
 
     def _call(self, op: str, **args: Any) -> Any:
+        try:
+            return self._client.call(op, self._args(args))
+        except exc.NoSuchObjectError as e:
+            self._after_restart(e)
         return self._client.call(op, self._args(args))
 
     def _call_blocking(self, op: str, wait: Optional[float], undo: Any = None, blob_key: Optional[str] = None,
                        blob: Any = None, **args: Any) -> Any:
+        try:
+            return self._client.call(op, self._args(args), wait=wait, undo=undo, blob_key=blob_key, blob=blob)
+        except exc.NoSuchObjectError as e:
+            self._after_restart(e)
         return self._client.call(op, self._args(args), wait=wait, undo=undo, blob_key=blob_key, blob=blob)
+
+    def _after_restart(self, e: exc.NoSuchObjectError) -> None:
+        """Called when the daemon says the object does not exist: returns
+        once a named object lost in a daemon restart has been created again
+        (the caller then repeats its call, which had no effect); raises
+        otherwise (see the module docstring)."""
+        now = getattr(self._client, "run_id", "")
+        if not self._run or not now or now == self._run:
+            raise e  # the same daemon run: deleted (or never there)
+        what = _TYPEIDS.get(self._kind, self._kind)
+        if self._anon:
+            raise exc.ServerRestartedError(
+                f"the syncmgr daemon at {self._client.address} restarted, and this anonymous {what} was lost with it "
+                f"(anonymous objects cannot be found again): create it again with the manager's factory "
+                f"(m.{what}(...)), or give it a name, which is created again on first use after a restart"
+            ) from None
+        args = {"kind": self._kind, "name": self._name, **(self._params or {})}
+        self._client.call("create", args)
+        _log.warning("syncmgr daemon at %s restarted: created the %s %r again, empty", self._client.address, what,
+                     self._name)
+        self._run = now
+        _fast.reattach(self)
 
     def __reduce__(self) -> tuple[Any, ...]:
         if self._anon and not self._shared:
@@ -93,7 +141,7 @@ class BaseProxy:
             # even if the pickle is unpickled much later.
             self._client.call("share", {"name": self._name})
             self._shared = True
-        return (_rebuild, (type(self), self._client.address, self._name, self._getstate()))
+        return (_rebuild, (type(self), self._client.address, self._name, self._getstate(), self._params, self._run))
 
     def delete(self) -> bool:
         """Delete the object on the daemon now (for named objects)."""
@@ -109,7 +157,8 @@ class BaseProxy:
 # SyncManager's type ids, by wire kind (for repr).
 _TYPEIDS = {"lock": "Lock", "rlock": "RLock", "semaphore": "Semaphore", "bounded_semaphore": "BoundedSemaphore",
             "event": "Event", "condition": "Condition", "barrier": "Barrier", "queue": "Queue",
-            "joinable_queue": "JoinableQueue", "value": "Value"}
+            "joinable_queue": "JoinableQueue", "value": "Value", "dict": "dict", "list": "list",
+            "namespace": "Namespace"}
 
 
 def _timeout_arg(blocking: bool, timeout: Optional[float], *, minus_one_forever: bool) -> Optional[float]:

@@ -20,6 +20,7 @@ Every error the client raises on its own account derives from
     ├── SyncMgrTypeError          (also TypeError)
     ├── LimitError                a daemon limit was reached
     ├── SegmentExistsError        (also FileExistsError) a segment of that name exists
+    ├── SegmentNotFoundError      (also FileNotFoundError) no segment of that name
     ├── NoSpaceError              (also OSError) /dev/shm is full
     ├── CancelledError            a request was cancelled
     ├── DeletedError              the object was deleted while the call waited
@@ -38,7 +39,9 @@ never compare codes.
 Where the standard library has an exception for the same condition the
 client raises that one, as the proxies of ``multiprocessing`` do:
 ``queue.Empty``, ``queue.Full``, ``KeyError``, ``IndexError``,
-``FileExistsError`` and ``FileNotFoundError`` (shared memory).
+``FileExistsError`` and ``FileNotFoundError`` (shared memory): each such
+class here derives from both, so ``except KeyError`` and ``except
+SyncMgrError`` both catch a missing dict key.
 """
 
 from __future__ import annotations
@@ -132,15 +135,22 @@ class SegmentExistsError(SyncMgrError, FileExistsError):
     """A shared-memory segment of that name exists."""
 
 
+class SegmentNotFoundError(SyncMgrError, FileNotFoundError):
+    """No shared-memory segment has that name (never created, unlinked, or
+    lost in a daemon restart): a FileNotFoundError, as
+    ``multiprocessing.shared_memory.SharedMemory(name)`` raises."""
+
+    def __str__(self) -> str:  # OSError's str would print "None" fields for a one-argument error
+        return Exception.__str__(self)
+
+
 class NoSpaceError(SyncMgrError, OSError):
     """The daemon's shared-memory filesystem is full."""
 
 
 class KeyNotFoundError(SyncMgrError, KeyError):
-    """A dict key that is not there (a KeyError, as a dict raises)."""
-
-    def __str__(self) -> str:  # KeyError quotes its argument; keep the message readable
-        return Exception.__str__(self)
+    """A dict key that is not there: a KeyError whose argument is the key,
+    as a dict (and SyncManager's DictProxy) raises."""
 
 
 class IndexOutOfRangeError(SyncMgrError, IndexError):

@@ -29,7 +29,7 @@ import stat
 from typing import TYPE_CHECKING, Any, Callable
 
 from ._transport import Transport
-from .exceptions import NoSuchObjectError, SyncMgrError
+from .exceptions import NoSuchObjectError, SegmentNotFoundError, SyncMgrError
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -121,7 +121,10 @@ class SharedMemory:
             try:
                 info = client.call("shm_attach", {"name": name})
             except NoSuchObjectError:
-                raise FileNotFoundError(f"no shared memory segment {name!r} at syncmgr {client.address}") from None
+                raise SegmentNotFoundError(
+                    f"no shared memory segment {name!r} at syncmgr {client.address}: create it with "
+                    f"SharedMemory(name={name!r}, create=True, size=...) first (a segment lives until it is "
+                    "unlinked or the daemon stops gracefully)") from None
         self._name: str = info["name"]
         self._size: int = int(info["size"])
         boot = info.get("boot_id") or ""
@@ -136,7 +139,9 @@ class SharedMemory:
             # Never through a symlink: the file must be the daemon's own.
             fd = os.open(info["path"], os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         except FileNotFoundError as exc:
-            raise FileNotFoundError(f"shared memory segment {self._name!r} has no file at {info['path']}") from exc
+            raise SegmentNotFoundError(
+                f"shared memory segment {self._name!r} has no file at {info['path']}: it was unlinked meanwhile, "
+                "or the daemon's --shm-dir is not this host's") from exc
         except OSError as exc:
             client.notify("shm_detach", {"name": self._name})
             raise SharedMemoryFileError(
