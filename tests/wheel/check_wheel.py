@@ -4,9 +4,9 @@
 
 * the name carries cpXY-cpXY-manylinux_<glibc>_<arch> (and the manylinux2014
   alias for 2.17);
-* ``auditwheel show`` finds the wheel consistent with exactly that
-  manylinux tag (so no symbol newer than that glibc, no library outside the
-  manylinux set);
+* ``auditwheel show`` finds the wheel consistent with that manylinux tag
+  (its most compatible tag is that glibc's or an older one's: no symbol
+  newer than that glibc, no library outside the manylinux set);
 * the wheel holds syncmgr._fastpath for this CPython and architecture (an
   ELF for that machine, needing nothing but libc);
 * the daemon, syncmgr/_bin/syncmgr, is a static ELF for that architecture
@@ -64,7 +64,9 @@ def main() -> int:
     else:
         report = json.loads(aw.stdout)
         seen = _auditwheel_tag(report, a.arch)
-        if seen != plat:
+        need = re.fullmatch(rf"manylinux_(\d+)_(\d+)_{a.arch}", seen)
+        # Consistent with an older glibc's tag is consistent with ours too.
+        if not need or (int(need[1]), int(need[2])) > (int(gmaj), int(gmin)):
             problems.append(f"auditwheel finds the wheel consistent with {seen}, the name claims {plat}")
 
     z = zipfile.ZipFile(a.wheel)
