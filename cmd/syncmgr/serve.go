@@ -37,13 +37,15 @@ func runServe(ctx context.Context, args []string) error {
 	def := manager.DefaultConfig()
 	var (
 		socket        = fs.String("socket", server.DefaultSocketPath(), "Unix socket path (\"\" or \"none\" to disable)")
-		tcpAddr       = fs.String("tcp", "", "also listen on TCP HOST:PORT (unset: no TCP; unencrypted unless --tls-cert is given)")
+		tcpAddr       = fs.String("tcp", "", "also listen on TCP HOST:PORT (unset: no TCP; unencrypted unless --tls-cert or --tls-self-signed is given; port 0: any free port, see --info-file)")
 		keyFile       = fs.String("authkey-file", "", "file holding the authkey as hex (unset: $SYNCMGR_AUTHKEY, then the file named by $SYNCMGR_AUTHKEY_FILE)")
 		logLevel      = fs.String("log-level", "info", "log level: debug, info, warn, error")
 		logFormat     = fs.String("log-format", "console", "log format: console or json")
 		maxFrame      = fs.Int("max-frame", wire.DefaultMaxFrame, "largest message in bytes")
 		tlsCert       = fs.String("tls-cert", "", "TLS certificate (PEM) for --tcp")
 		tlsKey        = fs.String("tls-key", "", "TLS private key (PEM) for --tcp")
+		tlsSelf       = fs.Bool("tls-self-signed", false, "with --tcp: serve TLS with a certificate made at start, in memory only; clients pin its SHA-256 fingerprint (logged as tls_sha256, and in --info-file)")
+		infoFile      = fs.String("info-file", "", "once listening, write PATH (JSON, mode 0600): pid, socket, tcp (the address bound), tls_sha256, run, version; removed at a graceful stop")
 		insecure      = fs.Bool("insecure", false, "allow --tcp without TLS on an address other than loopback (frames after the handshake are NOT authenticated)")
 		allowOthers   = fs.Bool("allow-other-users", false, "accept Unix-socket clients running as another user (they still need the key); the socket becomes 0666, or 0660 with --socket-group")
 		sockGroup     = fs.String("socket-group", "", "with --allow-other-users: only this group (name or gid) may connect; the socket is 0660 and owned by it")
@@ -106,6 +108,19 @@ func runServe(ctx context.Context, args []string) error {
 	if *ringBytes < 64<<10 || *ringBytes > 1<<30 || *ringBytes&(*ringBytes-1) != 0 {
 		return fmt.Errorf("%w: --queue-ring-bytes must be a power of two from 64 KiB to 1 GiB", errUsage)
 	}
+	if *tlsSelf && (*tlsCert != "" || *tlsKey != "") {
+		return fmt.Errorf("%w: --tls-self-signed and --tls-cert/--tls-key exclude each other: give one or the other", errUsage)
+	}
+	if *tlsSelf && *tcpAddr == "" {
+		return fmt.Errorf("%w: --tls-self-signed needs --tcp HOST:PORT", errUsage)
+	}
+	if *infoFile != "" {
+		abs, err := filepath.Abs(*infoFile)
+		if err != nil {
+			return fmt.Errorf("--info-file: %w", err)
+		}
+		*infoFile = abs
+	}
 	var unixOpts server.UnixOptions
 	if *sockGroup != "" {
 		if !*allowOthers {
@@ -136,6 +151,7 @@ func runServe(ctx context.Context, args []string) error {
 	// Take the addresses first: a daemon refused here (another one holds
 	// them) must not touch anything of the live one, its segments included.
 	var lns []net.Listener
+	var boundTCP, fingerprint string
 	closeAll := func() {
 		for _, ln := range lns {
 			ln.Close()
@@ -161,10 +177,22 @@ func runServe(ctx context.Context, args []string) error {
 				return fmt.Errorf("load tls key pair: %w", err)
 			}
 			tcfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+			fingerprint = server.TLSFingerprint(cert.Certificate[0])
+		}
+		if *tlsSelf {
+			host, _, err := net.SplitHostPort(*tcpAddr)
+			if err != nil {
+				closeAll()
+				return fmt.Errorf("%w: --tcp %s: %v", errUsage, *tcpAddr, err)
+			}
+			if tcfg, fingerprint, err = server.SelfSignedTLS(host, time.Now()); err != nil {
+				closeAll()
+				return err
+			}
 		}
 		if tcfg == nil && !*insecure && !loopbackOnly(*tcpAddr) {
 			closeAll()
-			return fmt.Errorf("%w: --tcp %s without TLS: off loopback a relay on the path could rewrite replies after the handshake (and Python clients unpickle them); give --tls-cert/--tls-key, or --insecure on a network you trust", errUsage, *tcpAddr)
+			return fmt.Errorf("%w: --tcp %s without TLS: off loopback a relay on the path could rewrite replies after the handshake (and Python clients unpickle them); give --tls-cert/--tls-key or --tls-self-signed, or --insecure on a network you trust", errUsage, *tcpAddr)
 		}
 		ln, err := server.ListenTCP(*tcpAddr, tcfg)
 		if err != nil {
@@ -176,7 +204,12 @@ func runServe(ctx context.Context, args []string) error {
 		if tcfg == nil {
 			ev = log.Warn().Str("security", "plaintext TCP: the handshake is authenticated, but later frames are neither encrypted nor authenticated; use --tls-cert/--tls-key across untrusted networks")
 		}
-		ev.Str("tcp", ln.Addr().String()).Bool("tls", tcfg != nil).Msg("listening")
+		boundTCP = ln.Addr().String()
+		ev = ev.Str("tcp", boundTCP).Bool("tls", tcfg != nil)
+		if fingerprint != "" {
+			ev = ev.Str("tls_sha256", fingerprint).Bool("self_signed", *tlsSelf)
+		}
+		ev.Msg("listening")
 	}
 	if len(lns) == 0 {
 		return fmt.Errorf("%w: nothing to listen on: give --socket or --tcp", errUsage)
@@ -219,12 +252,29 @@ func runServe(ctx context.Context, args []string) error {
 		return fmt.Errorf("%w: nothing to listen on: give --socket or --tcp", errUsage)
 	}
 
-	errc := make(chan error, len(lns))
+	errc := make(chan error, len(lns)+2) // the listeners, watchParent, the info file
 	for _, ln := range lns {
 		go func(ln net.Listener) { errc <- srv.Serve(ln) }(ln)
 	}
 	if *parentPID > 0 {
 		go watchParent(ctx, *parentPID, errc)
+	}
+	if *infoFile != "" {
+		sockPath := ""
+		if *socket != "none" {
+			sockPath = *socket
+		}
+		info := runInfo{PID: os.Getpid(), Socket: sockPath, TCP: boundTCP, TLSSHA256: fingerprint, Run: srv.RunID(), Version: version}
+		if err := writeInfoFile(*infoFile, info); err != nil {
+			errc <- err // stop as on a failed listener: the supervisor waits for a file that will not come
+		} else {
+			defer func() {
+				if err := removeInfoFile(*infoFile, srv.RunID()); err != nil {
+					log.Warn().Err(err).Str("file", *infoFile).Msg("cannot remove the info file")
+				}
+			}()
+			log.Info().Str("file", *infoFile).Msg("info file written")
+		}
 	}
 	log.Info().Str("version", version).Int("pid", os.Getpid()).Msg("syncmgr ready")
 	var serveErr error
