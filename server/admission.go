@@ -39,6 +39,21 @@ import (
 //     from about its first moment in the budget, and idle connections from
 //     its own address, however fast they are reopened, are dropped before
 //     it.
+//   - A peer that has spoken is dropped only once it has owed the daemon
+//     an answer for answerGrace: since the daemon's hello went out (or,
+//     before that, since it was admitted: over TLS, its TLS handshake), the
+//     longest-owing first. A flood that sends the ready frame and then
+//     nothing looks like a client until then; an honest client answers the
+//     hello within a round trip. When every handshake of the busiest
+//     source is still within its grace, the newcomer waits (the accept loop
+//     does: others stay in the kernel's queue) until one's grace ends or a
+//     handshake ends, instead of dropping one that may be a client about
+//     to answer (issue 31). Without it, a flood reopening its connections
+//     as fast as the daemon drops them turned the budget over every
+//     budget/accept-rate seconds (about 40 ms on two cores), and a client
+//     whose answer took longer than that was dropped: about 1 in 20 first
+//     tries over TCP. The wait is bounded by answerGrace, and it bounds
+//     the turnover to MaxUnauthenticated per answerGrace.
 //   - Wrong keys are slowed down, right keys never: after failBackoffAfter
 //     failed handshakes from a source (TCP address, or uid for Unix peers)
 //     within failForget, the answer to each further wrong key waits a
@@ -55,6 +70,7 @@ type admission struct {
 	count   map[string]int // source -> pending handshakes
 	pools   [2]int         // pending handshakes per pool (unix, tcp)
 	fails   map[string]failRecord
+	changed [2]chan struct{} // per pool: a handshake ended or failed (wakes a waiting admit)
 
 	logMu      sync.Mutex
 	lastLog    time.Time
@@ -65,20 +81,41 @@ type pendingEntry struct {
 	src      string
 	pool     int
 	at       time.Time
-	progress *atomic.Bool // the peer has sent handshake bytes
-	failed   *atomic.Bool // its key was wrong: it waits out its penalty
+	progress *atomic.Bool  // the peer has sent handshake bytes
+	failed   *atomic.Bool  // its key was wrong: it waits out its penalty
+	hello    *atomic.Int64 // when the daemon's hello went out (UnixNano); 0 before
 }
 
-// progressConn marks its flag once the peer has sent anything.
+// owedSince is when the peer's answer became due: when the daemon's hello
+// went out, or before that its admission (a TLS peer owes its part of the
+// TLS handshake).
+func (e pendingEntry) owedSince() time.Time {
+	if h := e.hello.Load(); h != 0 {
+		return time.Unix(0, h)
+	}
+	return e.at
+}
+
+// progressConn marks its flag once the peer has sent anything, and the
+// time of the daemon's first write (its hello).
 type progressConn struct {
 	net.Conn
-	flag *atomic.Bool
+	flag  *atomic.Bool
+	hello *atomic.Int64
 }
 
 func (p progressConn) Read(b []byte) (int, error) {
 	n, err := p.Conn.Read(b)
 	if n > 0 {
 		p.flag.Store(true)
+	}
+	return n, err
+}
+
+func (p progressConn) Write(b []byte) (int, error) {
+	n, err := p.Conn.Write(b)
+	if n > 0 && p.hello.Load() == 0 {
+		p.hello.Store(time.Now().UnixNano())
 	}
 	return n, err
 }
@@ -90,7 +127,7 @@ func (a *admission) watch(c *conn) net.Conn {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if e, ok := a.pending[c]; ok {
-		return progressConn{Conn: c.nc, flag: e.progress}
+		return progressConn{Conn: c.nc, flag: e.progress, hello: e.hello}
 	}
 	return c.nc
 }
@@ -108,11 +145,19 @@ const (
 	failBackoffMin   = 100 * time.Millisecond
 	failBackoffMax   = 10 * time.Second
 	failForget       = time.Minute
+
+	// answerGrace is how long a peer that has spoken keeps its pending
+	// handshake against newcomers from its source once it owes an answer
+	// (see owedSince). Honest clients answer within a round trip and
+	// scheduling; the grace also caps how fast newcomers can turn the
+	// budget over: MaxUnauthenticated per answerGrace.
+	answerGrace = 50 * time.Millisecond
 )
 
 func newAdmission(budget int, log zerolog.Logger) *admission {
 	return &admission{unixCap: budget, tcpCap: budget, log: log,
-		pending: make(map[*conn]pendingEntry), count: make(map[string]int), fails: make(map[string]failRecord)}
+		pending: make(map[*conn]pendingEntry), count: make(map[string]int), fails: make(map[string]failRecord),
+		changed: [2]chan struct{}{make(chan struct{}, 1), make(chan struct{}, 1)}}
 }
 
 // source names the peer of nc for the per-source budget and back-off: the
@@ -141,39 +186,70 @@ func source(nc net.Conn) (string, int) {
 
 // admit enters c in the handshake budget, dropping another pending
 // handshake when the budget is full. It never refuses c: failed handshakes
-// are slowed down in penalty, not by turning newcomers away.
+// are slowed down in penalty, not by turning newcomers away. When every
+// pending handshake it could drop is still within its answerGrace, it
+// waits (at most that long, unless c's context ends) for one to leave the
+// budget or run out of grace.
 func (a *admission) admit(c *conn) {
 	src, pool := source(c.nc)
-	e := pendingEntry{src: src, pool: pool, at: time.Now(), progress: new(atomic.Bool), failed: new(atomic.Bool)}
+	e := pendingEntry{src: src, pool: pool, at: time.Now(), progress: new(atomic.Bool), failed: new(atomic.Bool), hello: new(atomic.Int64)}
 	if tc, ok := c.nc.(*tls.Conn); ok {
 		if sc, ok := tc.NetConn().(*sniffConn); ok {
 			e.progress = &sc.spoke // a TLS client speaks first: its handshake counts
 		}
 	}
-	var evict []*conn
-	a.mu.Lock()
 	capacity := a.unixCap
 	if pool == poolTCP {
 		capacity = a.tcpCap
 	}
-	for a.pools[pool] >= capacity {
-		v := a.victimLocked(a.heaviestLocked(pool), pool)
-		if v == nil {
+	dropped := 0
+	for {
+		var evict []*conn
+		var wake time.Time
+		a.mu.Lock()
+		for a.pools[pool] >= capacity {
+			v, until := a.victimLocked(a.heaviestLocked(pool), pool, time.Now())
+			if v == nil {
+				wake = until
+				break
+			}
+			evict = append(evict, v)
+			a.removeLocked(v)
+		}
+		if a.pools[pool] < capacity || wake.IsZero() || c.ctx.Err() != nil {
+			e.at = time.Now() // its grace starts now, not while it waited
+			a.pending[c] = e
+			a.count[src]++
+			a.pools[pool]++
+			wake = time.Time{}
+		}
+		a.mu.Unlock()
+		for _, v := range evict {
+			c.srv.cfg.Metrics.Refused(transportOf(v.nc), "handshakes")
+			v.close()
+		}
+		dropped += len(evict)
+		if wake.IsZero() {
 			break
 		}
-		evict = append(evict, v)
-		a.removeLocked(v)
+		t := time.NewTimer(time.Until(wake))
+		select {
+		case <-t.C:
+		case <-a.changed[pool]:
+		case <-c.ctx.Done():
+		}
+		t.Stop()
 	}
-	a.pending[c] = e
-	a.count[src]++
-	a.pools[pool]++
-	a.mu.Unlock()
-	for _, v := range evict {
-		c.srv.cfg.Metrics.Refused(transportOf(v.nc), "handshakes")
-		v.close()
+	if dropped > 0 {
+		a.logRefusal("handshake budget full; dropped a pending handshake (wrong keys, silent peers, then the one owing its answer longest)", src)
 	}
-	if len(evict) > 0 {
-		a.logRefusal("handshake budget full; dropped a pending handshake (wrong keys and silent peers first)", src)
+}
+
+// signal wakes an admit waiting for room in pool.
+func (a *admission) signal(pool int) {
+	select {
+	case a.changed[pool] <- struct{}{}:
+	default:
 	}
 }
 
@@ -188,6 +264,7 @@ func (a *admission) penalty(c *conn) {
 		e.src, _ = source(c.nc)
 	} else {
 		e.failed.Store(true)
+		a.signal(e.pool) // it may be dropped now
 	}
 	now := time.Now()
 	f := a.fails[e.src]
@@ -228,8 +305,9 @@ func (a *admission) penalty(c *conn) {
 func (a *admission) leave(c *conn) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if _, found := a.pending[c]; found {
+	if e, found := a.pending[c]; found {
 		a.removeLocked(c)
+		a.signal(e.pool)
 	}
 }
 
@@ -253,8 +331,10 @@ func (a *admission) removeLocked(c *conn) {
 // victimLocked returns the pending handshake of src in pool to drop first:
 // one whose key was wrong, else the oldest whose peer has sent nothing
 // (bytes waiting in its socket count as sent: the goroutine has not read
-// them yet), else the oldest.
-func (a *admission) victimLocked(src string, pool int) *conn {
+// them yet), else the one that has owed its answer longest, if for
+// answerGrace. When there is none to drop yet, it returns nil and when the
+// first one's grace ends.
+func (a *admission) victimLocked(src string, pool int, now time.Time) (*conn, time.Time) {
 	for {
 		var best *conn
 		var bestEntry pendingEntry
@@ -266,15 +346,25 @@ func (a *admission) victimLocked(src string, pool int) *conn {
 				best, bestEntry = c, e
 			}
 		}
-		if best == nil || bestEntry.failed.Load() || bestEntry.progress.Load() || !hasBytes(best.nc) {
-			return best
+		switch {
+		case best == nil || bestEntry.failed.Load():
+			return best, time.Time{}
+		case !bestEntry.progress.Load() && hasBytes(best.nc):
+			bestEntry.progress.Store(true) // it has spoken: look again
+			continue
+		case !bestEntry.progress.Load():
+			return best, time.Time{}
 		}
-		bestEntry.progress.Store(true) // it has spoken: look again
+		if due := bestEntry.owedSince().Add(answerGrace); now.Before(due) {
+			return nil, due
+		}
+		return best, time.Time{}
 	}
 }
 
 // better says whether e should be dropped before f: wrong keys first, then
-// silent before answering, then older first.
+// silent before answering (the older first), then the one owing its answer
+// longer.
 func better(e, f pendingEntry) bool {
 	if ef, ff := e.failed.Load(), f.failed.Load(); ef != ff {
 		return ef
@@ -283,7 +373,10 @@ func better(e, f pendingEntry) bool {
 	if ep != fp {
 		return !ep
 	}
-	return e.at.Before(f.at)
+	if !ep {
+		return e.at.Before(f.at)
+	}
+	return e.owedSince().Before(f.owedSince())
 }
 
 // hasBytes says whether the peer of nc has sent bytes the daemon has not

@@ -58,7 +58,7 @@ func runServe(ctx context.Context, args []string) error {
 		maxBytes      = fs.Int64("max-bytes", def.MaxBytes, "bytes all queues, dicts and lists may hold together")
 		maxParked     = fs.Int64("max-parked", server.DefaultMaxParked, "requests one client may have waiting at once")
 		maxPeerConns  = fs.Int("max-conns-per-client", server.DefaultMaxConnsPerPeer, "connections one client (a process on a Unix socket, a source address over TCP) may have at once")
-		maxUnauth     = fs.Int("max-handshakes", 128, "connections in the handshake at once, for Unix and for TCP each; over it one of the busiest source is dropped (a wrong key first, then the oldest silent one)")
+		maxUnauth     = fs.Int("max-handshakes", 128, "connections in the handshake at once, for Unix and for TCP each; over it one of the busiest source is dropped (a wrong key first, then the oldest silent one, then the one that has left the daemon's hello unanswered longest, once for 50ms; until then a newcomer waits)")
 		hsTimeout     = fs.Duration("handshake-timeout", 5*time.Second, "deadline on a connection's handshake")
 		parentPID     = fs.Int("exit-with-parent", 0, "shut down when the process with this pid is no longer our parent")
 		shutdownGrace = fs.Duration("shutdown-timeout", 10*time.Second, "how long a graceful shutdown may take")
