@@ -242,6 +242,29 @@ def test_embedded_manager():
         raise queue.Empty  # keep the import honest
 
 
+def test_a_killed_parent_leaves_no_segment_of_its_embedded_daemon():
+    """The daemon's log is a pipe to its parent: when the parent dies, the
+    daemon's next log line must not kill it (SIGPIPE) before it has unlinked
+    its segments."""
+    import glob
+    import uuid
+
+    name = f"orphaned-{uuid.uuid4().hex[:8]}"
+    code = f"""
+        import os, sys, syncmgr
+        m = syncmgr.Manager(log_level="debug"); m.start()
+        m.SharedMemory(name={name!r}, create=True, size=4096)
+        print(m.pid, flush=True)
+        os.kill(os.getpid(), 9)
+    """
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, timeout=60,
+                         env=dict(os.environ))
+    pid = int(out.stdout.split()[0])
+    assert wait_until(lambda: not os.path.exists(f"/proc/{pid}") or
+                      open(f"/proc/{pid}/stat").read().split()[2] == "Z", timeout=10)
+    assert wait_until(lambda: not glob.glob(f"/dev/shm/*-{name}"), timeout=10), glob.glob(f"/dev/shm/*-{name}")
+
+
 def test_embedded_daemon_exits_with_its_parent(tmp_path):
     code = """
         import os, sys, syncmgr
