@@ -309,23 +309,64 @@ def key_and_source_for(address: str) -> tuple[bytes, str]:
     )
 
 
+class Route:
+    """How this process reaches the daemon an address names, when that is
+    not the address itself: a daemon of a syncmgr cluster on Ray
+    (``syncmgr.ray``) is named by its node's socket path in every process,
+    and reached there over the socket on its own node and over TCP+TLS,
+    pinned to its certificate's SHA-256, from any other."""
+
+    __slots__ = ("dial", "key", "key_source", "ssl_context", "pin")
+
+    def __init__(self, dial: str, key: bytes, key_source: str, ssl_context: Optional[ssl.SSLContext] = None,
+                 pin: Optional[str] = None) -> None:
+        self.dial = dial
+        self.key = key
+        self.key_source = key_source
+        self.ssl_context = ssl_context
+        self.pin = pin
+
+
+def route_for(address: str) -> Optional[Route]:
+    """The Route of a syncmgr-on-Ray address (imported only when an address
+    is one), or None for an address that is dialled as it is."""
+    if _RAY_MARK not in address:
+        return None
+    from . import ray as _ray  # noqa: PLC0415 - Ray is optional and heavy: only for its addresses
+
+    return _ray.route(address)
+
+
+_RAY_MARK = "/syncmgr-ray-"
+
+
 def get_client(address: str, authkey: Any = None, ssl_context: Optional[ssl.SSLContext] = None) -> Client:
     """The process's client for address (created on first use). authkey:
-    bytes, or a str of hex (coerce_key); None finds it (key_and_source_for)."""
+    bytes, or a str of hex (coerce_key); None finds it (key_and_source_for,
+    or the address's Route)."""
     address = normalize_address(address)
     if ssl_context is None and address.startswith("tcp://"):
         ssl_context = tls_context_from_env()
     key = coerce_key(authkey) if authkey is not None else None
     with _clients_lock:
         c = _clients.get(address)
+        if c is not None and (key is None or c._key == key) and (ssl_context is None or c._ssl is ssl_context):
+            return c
+    route = route_for(address)  # (outside the lock: it may ask Ray)
+    with _clients_lock:
+        c = _clients.get(address)
         if c is None or (key is not None and c._key != key) or (
             ssl_context is not None and c._ssl is not ssl_context
         ):
-            if key is not None:
-                source = "the authkey passed to connect() or Manager()"
+            if route is not None:
+                c = Client(address, key if key is not None else route.key, route.ssl_context,
+                           key_source=route.key_source, dial=route.dial, pin=route.pin)
             else:
-                key, source = key_and_source_for(address)
-            c = Client(address, key, ssl_context, key_source=source)
+                if key is not None:
+                    source = "the authkey passed to connect() or Manager()"
+                else:
+                    key, source = key_and_source_for(address)
+                c = Client(address, key, ssl_context, key_source=source)
             _clients[address] = c
         return c
 
@@ -334,7 +375,7 @@ class Connection:
     """One authenticated socket to the daemon."""
 
     def __init__(self, address: str, key: bytes, session: bytes, ssl_context: Optional[ssl.SSLContext] = None,
-                 retry: bool = True, key_source: str = "") -> None:
+                 retry: bool = True, key_source: str = "", pin: Optional[str] = None) -> None:
         """Connect and authenticate. With retry, a ``limit`` answer (the
         daemon's connection caps) and a connection the daemon drops during
         the handshake (its handshake budget is full) are tried again, after
@@ -355,7 +396,7 @@ class Connection:
         while True:
             self._rstart = self._rend = 0
             self.closed = False
-            self.sock = _connect(address, ssl_context)
+            self.sock = _connect(address, ssl_context, pin)
             try:
                 self._handshake(key, session, address not in _no_ready, deadline)
                 return
@@ -610,7 +651,32 @@ def _check_server_uid(sock: socket.socket, address: str) -> None:
         )
 
 
-def _connect(address: str, ssl_context: Optional[ssl.SSLContext]) -> socket.socket:
+def pinned_tls_context() -> ssl.SSLContext:
+    """A TLS client context for a daemon whose certificate is checked by its
+    pinned SHA-256 (check_pin) rather than by a CA: the daemon made the
+    certificate itself, and the client learnt its fingerprint through a
+    channel it trusts (Ray, for syncmgr.ray)."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE  # the pin is the check: see check_pin
+    return ctx
+
+
+def check_pin(sock: ssl.SSLSocket, pin: str, address: str) -> None:
+    """Refuse a TLS peer whose certificate is not the pinned one, before a
+    byte of the syncmgr handshake is sent."""
+    der = sock.getpeercert(binary_form=True) or b""
+    got = hashlib.sha256(der).hexdigest()
+    if not hmac.compare_digest(got, pin.lower()):
+        raise exc.ConnectError(
+            f"the TLS certificate of syncmgr at {address} is not the one pinned for it (sha256 {got[:16]}..., "
+            f"expected {pin[:16]}...): another process answers at that address (a man in the middle, or the node's "
+            "daemon was replaced); nothing was sent to it"
+        )
+
+
+def _connect(address: str, ssl_context: Optional[ssl.SSLContext], pin: Optional[str] = None) -> socket.socket:
     try:
         if address.startswith("tcp://"):
             hostport = address[len("tcp://"):]
@@ -618,6 +684,14 @@ def _connect(address: str, ssl_context: Optional[ssl.SSLContext]) -> socket.sock
             host = host.strip("[]")
             sock = socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if pin is not None:
+                tls = (ssl_context or pinned_tls_context()).wrap_socket(sock)
+                try:
+                    check_pin(tls, pin, address)
+                except BaseException:
+                    tls.close()
+                    raise
+                return tls
             if ssl_context is not None:
                 sock = ssl_context.wrap_socket(sock, server_hostname=os.environ.get("SYNCMGR_TLS_SERVER_NAME") or host)
             return sock
@@ -652,8 +726,10 @@ class Client:
     (``_transport.Transport``)."""
 
     def __init__(self, address: str, key: bytes, ssl_context: Optional[ssl.SSLContext] = None,
-                 key_source: str = "") -> None:
-        self.address = address
+                 key_source: str = "", dial: Optional[str] = None, pin: Optional[str] = None) -> None:
+        self.address = address  # what proxies pickle
+        self.dial = dial or address  # where this process connects (a Route's, else the address)
+        self._pin = pin
         self._key = key
         self._key_source = key_source
         self._ssl = ssl_context
@@ -705,8 +781,8 @@ class Client:
                     _log.info("syncmgr at %s closed idle connections (restarted?); reconnecting", self.address)
                     self._lost = True
             try:
-                conn = Connection(self.address, self._key, _session_id, self._ssl, retry=False,
-                                  key_source=self._key_source)
+                conn = Connection(self.dial, self._key, _session_id, self._ssl, retry=False,
+                                  key_source=self._key_source, pin=self._pin)
                 break
             except (exc.LimitError, _HandshakeDropped) as e:
                 # The daemon's caps or its handshake budget: try again (a

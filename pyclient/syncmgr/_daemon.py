@@ -28,6 +28,7 @@ Usage::
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import os
 import shutil
@@ -177,6 +178,30 @@ def write_key_file(directory: str, key: bytes) -> str:
     return path
 
 
+# The parent PrivateDaemon(shield=True) puts between itself and the daemon:
+# a sh that starts the daemon with itself as --exit-with-parent, and stops it
+# (SIGTERM: a graceful stop) when its own parent goes or it is asked to stop,
+# then removes the file $SYNCMGR_SHIELD_RM names (a key file left for the
+# node's processes). A SIGKILL of the sh is the daemon's parent dying: a
+# graceful stop too, though the file then stays until the node's next start.
+_SHIELD = """
+p=$PPID
+"$@" --exit-with-parent $$ &
+d=$!
+end() {
+  kill -TERM $d 2>/dev/null; wait $d; r=$?
+  [ -z "$SYNCMGR_SHIELD_RM" ] || rm -f -- "$SYNCMGR_SHIELD_RM"
+  exit $r
+}
+trap end TERM INT HUP
+while kill -0 $d 2>/dev/null; do
+  read -r _ _ _ pp _ < /proc/$$/stat
+  [ "$pp" = "$p" ] || end
+  sleep 0.5
+done
+end
+"""
+
 # The daemon's console log lines read "<time> <LVL> <message> key=value...".
 _LEVELS = {"DBG": logging.DEBUG, "INF": logging.INFO, "WRN": logging.WARNING, "ERR": logging.ERROR,
            "FTL": logging.CRITICAL, "PNC": logging.CRITICAL}
@@ -194,14 +219,30 @@ class PrivateDaemon:
 
     def __init__(self, binary: Optional[str] = None, *, key: Optional[bytes] = None, args: tuple[str, ...] = (),
                  log_level: str = "warn", exit_with_parent: bool = True, forward_log: bool = True,
-                 key_file: bool = True) -> None:
+                 key_file: bool = True, directory: Optional[str] = None, key_in_env: bool = True,
+                 shield: bool = False) -> None:
+        """directory: an existing 0700 directory of this user's to use
+        instead of a fresh private one (syncmgr.ray names its daemons' by
+        cluster and node). key_in_env=False gives the daemon its key in a
+        0600 file (--authkey-file) that start() removes once the daemon has
+        read it, so that the key is in no process's environment.
+
+        shield=True starts the daemon as the child of a minimal ``sh`` (its
+        --exit-with-parent), not of this process: a supervisor that SIGKILLs
+        the direct children of a process that exits (Ray does so to a
+        worker's) then kills the sh, and the daemon, seeing its parent gone,
+        stops gracefully and unlinks its segments; a SIGKILLed daemon could
+        not. Stopping this object stops the daemon the same way. The sh
+        removes the directory's key file when the daemon ends."""
         self.binary = binary or find_binary()
         self.key = key if key is not None else os.urandom(32)
         self.args = list(args)
         self.log_level = log_level
         self.exit_with_parent = exit_with_parent
         self.forward_log = forward_log
-        self.dir = private_dir()
+        self.key_in_env = key_in_env
+        self.shield = shield
+        self.dir = directory if directory is not None else private_dir()
         self.address = os.path.join(self.dir, SOCKET_FILE)
         self.log = os.path.join(self.dir, LOG_FILE)
         self.proc: Optional[subprocess.Popen[bytes]] = None
@@ -222,14 +263,39 @@ class PrivateDaemon:
 
     def start(self, timeout: float = 15.0) -> PrivateDaemon:
         """Start the daemon (again, after stop or kill) and wait until it answers."""
+
+        env = dict(os.environ)
+        env.pop("SYNCMGR_AUTHKEY_FILE", None)
+        env.pop("SYNCMGR_AUTHKEY", None)
+        cmd = [self.binary, "serve", "--socket", self.address, "--log-level", self.log_level]
+        once_key = None
+        if self.key_in_env:
+            env["SYNCMGR_AUTHKEY"] = self.key.hex()
+        else:
+            once_key = os.path.join(self.dir, "start.key")
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(once_key)
+            fd = os.open(once_key, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(self.key.hex())
+            cmd += ["--authkey-file", once_key]
+        try:
+            return self._start(cmd, env, timeout)
+        finally:
+            if once_key is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(once_key)  # read at start; the daemon never reads it again
+
+    def _start(self, cmd: list[str], env: dict[str, str], timeout: float) -> PrivateDaemon:
         from ._connection import Connection  # late: _connection imports this module's key helpers
 
-        env = dict(os.environ, SYNCMGR_AUTHKEY=self.key.hex())
-        env.pop("SYNCMGR_AUTHKEY_FILE", None)
-        cmd = [self.binary, "serve", "--socket", self.address, "--log-level", self.log_level]
-        if self.exit_with_parent:
-            cmd += ["--exit-with-parent", str(os.getpid())]
-        cmd += self.args
+        if self.shield:
+            cmd = ["/bin/sh", "-c", _SHIELD, "sh", *cmd, *self.args]
+            env["SYNCMGR_SHIELD_RM"] = os.path.join(self.dir, KEY_FILE)
+        else:
+            if self.exit_with_parent:
+                cmd += ["--exit-with-parent", str(os.getpid())]
+            cmd += self.args
         self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, start_new_session=True)
         assert self.proc.stdout is not None

@@ -107,7 +107,7 @@ class FastPath:
         self.ring_lock = threading.Lock()
         self.handles: weakref.WeakSet[_Handle] = weakref.WeakSet()  # the handles using this mapping
         # No retry here: a refused attach is tried again later (path_for).
-        self.anchor = _connection.Connection(client.address, client._key, _connection._session_id, None, retry=False)
+        self.anchor = _connection.Connection(client.dial, client._key, _connection._session_id, None, retry=False)
         try:
             info, fds = self._attach()
             try:
@@ -255,7 +255,7 @@ def path_for(client: Client) -> Optional[FastPath]:
         r = _retry.get(key)
         if r is not None and time.monotonic() < r[0]:
             return None
-        if client.address.startswith("tcp://"):
+        if client.dial.startswith("tcp://"):
             reasons[client.address] = "not a Unix socket"
             _paths[key] = None
             return None
@@ -627,7 +627,7 @@ def _open_ring(fp: FastPath, kind: str, name: str) -> Any:
         conn = fp.ring_conn
         if conn is None or conn.closed:
             try:
-                conn = _connection.Connection(client.address, client._key, _connection._session_id, None)
+                conn = _connection.Connection(client.dial, client._key, _connection._session_id, None)
             except (exc.SyncMgrError, OSError):
                 return None
             fp.ring_conn = conn

@@ -30,6 +30,7 @@ Every error the client raises on its own account derives from
     ├── Empty                     (also queue.Empty) get from an empty queue
     ├── Full                      (also queue.Full) put to a full queue
     ├── ManagerShutDownError      (also multiprocessing.ProcessError) use of a manager after shutdown()
+    ├── RayClusterError           syncmgr.ray: no Ray, no such cluster or node, a daemon that cannot start
     └── InternalError             a bug in the daemon
 
 Every wire error code maps to one class in ``EXCEPTION_CLASSES``; the
@@ -167,6 +168,13 @@ class Full(SyncMgrError, queue.Full):
 
 class ManagerShutDownError(SyncMgrError, ProcessError):
     """The manager has been shut down (a multiprocessing.ProcessError, as SyncManager raises)."""
+
+
+class RayClusterError(SyncMgrError):
+    """A syncmgr cluster on Ray (syncmgr.ray) cannot do what was asked: the
+    process is not connected to Ray, there is no cluster of that name, the
+    node has no daemon or has left, or a node's daemon could not start
+    (the message names the node)."""
 
 
 class InternalError(SyncMgrError):
