@@ -8,7 +8,7 @@ PY      := $(VENV)/bin/python
 BIN     := bin/syncmgr
 GOFILES := $(shell find . -name '*.go' -not -path './.venv/*' 2>/dev/null)
 
-.PHONY: all build venv test test-go test-py test-py-socket test-outside test-wheel wheel wheel-all lint lint-py fuzz demo demo-compare bench bench-main bench-smoke bench-targets bench-targets-smoke bench-scale bench-scale-smoke bench-queue-kills soak soak-smoke clean
+.PHONY: all build venv test test-go test-py test-py-socket test-outside test-wheel wheel wheel-all lint lint-py fuzz demo demo-compare bench bench-main bench-smoke bench-targets bench-targets-smoke bench-scale bench-scale-smoke bench-queue-kills bench-cluster bench-cluster-smoke demo-shards soak soak-smoke clean
 
 all: build
 
@@ -84,7 +84,7 @@ test-wheel:
 test-outside: build venv
 	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) tests/outside/run_outside.py $(OUTSIDE_ARGS)
 
-test: test-go fuzz soak-smoke bench-smoke bench-targets-smoke bench-scale-smoke test-wheel test-py test-py-socket test-outside
+test: test-go fuzz soak-smoke bench-smoke bench-targets-smoke bench-scale-smoke bench-cluster-smoke test-wheel test-py test-py-socket test-outside
 
 # The Ape-X DQN on Ray + cpprb + syncmgr: exits 0 only if the greedy policy met
 # CartPole-v1's own threshold (mean return >= 475 over 20 episodes, at 3
@@ -107,7 +107,7 @@ $(VENV)/.bench-installed: $(VENV)/.installed
 # The full benchmark: prints the tables and rewrites docs/benchmarks.md,
 # every section (the main comparison, the targets and the Queue rows, the
 # scale section, the Queue kill loops). Each part is a target of its own below.
-bench: bench-main bench-targets bench-scale bench-queue-kills
+bench: bench-main bench-targets bench-scale bench-queue-kills bench-cluster
 
 bench-main: build venv $(VENV)/.bench-installed
 	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) -m bench $(BENCH_ARGS)
@@ -130,6 +130,22 @@ bench-scale-smoke: build venv
 # any violation and rewrites its section of docs/benchmarks.md.
 bench-queue-kills: build venv
 	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) bench/queue_kills.py $(KILLS_ARGS)
+
+# syncmgr.ray on simulated Ray nodes (ray.cluster_utils): start()/shutdown() on
+# 3 nodes, co-located learners on 2 (against RLlib's replay-actor pattern and
+# plain multiprocessing), remote ingestion over TCP+TLS; rewrites its section
+# of docs/benchmarks.md. The smoke checks that it runs (not its numbers).
+bench-cluster: build venv
+	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) bench/cluster.py $(CLUSTER_ARGS)
+
+bench-cluster-smoke: build venv
+	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) bench/cluster.py --smoke
+
+# RLlib's co-located learner shards on syncmgr.ray, on 2 simulated nodes: each
+# shard's DQN must reach a greedy mean return of 195 on CartPole-v1
+# (SHARDS_ARGS="--address auto" on a real cluster; --target, --budget).
+demo-shards: build venv
+	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) examples/colocated_shards.py --local-nodes 2 $(SHARDS_ARGS)
 
 # A few seconds of every benchmark, to check that it runs (not its numbers).
 bench-smoke: build venv

@@ -1,0 +1,321 @@
+"""syncmgr.ray on simulated Ray nodes: co-located learners, remote ingestion, start and shutdown.
+
+Nodes are ``ray.cluster_utils.Cluster`` nodes on this machine (each its own
+raylet and object store). Three parts, each in one run:
+
+* **start and shutdown**: ``syncmgr.ray.start()`` on 3 nodes until every
+  daemon answers; ``shutdown()`` then leaves how many daemon processes and
+  /dev/shm files (a segment was made on every node first);
+* **co-located learners** on 2 nodes, in interleaved rounds: each node's
+  learner runs ``sample(64)`` + ``update_priorities`` on its own node's
+  shard, as (a) cpprb's ``MPPrioritizedReplayBuffer`` with
+  ``ctx=cluster.local()``, (b) RLlib's pattern: a Ray actor holding cpprb's
+  ``PrioritizedReplayBuffer`` of the same size, sampled by
+  ``ray.get(actor.sample.remote(64))`` from a learner actor on the same node
+  (priorities sent with ``.remote()``), and (c) the same
+  ``MPPrioritizedReplayBuffer`` on plain ``multiprocessing`` in one process,
+  the floor for this buffer; plus cpprb's single-process
+  ``PrioritizedReplayBuffer`` for reference;
+* **remote ingestion over TCP+TLS on loopback**: 4 producers on one node
+  put into a Queue whose consumer is on the other node, on its fast path:
+  ``put_many`` of 64 x 8-byte items, and 1 MiB numpy arrays.
+
+    python bench/cluster.py            # rewrites its section of docs/benchmarks.md
+    python bench/cluster.py --smoke    # a few steps of each; writes nothing
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import glob
+import os
+import statistics
+import sys
+import time
+from typing import Any, Optional
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import targets as T  # noqa: E402
+
+DOC = T.DOC
+BEGIN, END = "<!-- ray-cluster:begin -->", "<!-- ray-cluster:end -->"
+ENV = {"obs": {"shape": 4, "dtype": np.float32}, "act": {"dtype": np.int64}, "rew": {"dtype": np.float32},
+       "next_obs": {"shape": 4, "dtype": np.float32}, "done": {"dtype": np.float32}}
+NODE = {"num_cpus": 4, "object_store_memory": 100 << 20}
+
+
+def _fill(rb: Any, n: int) -> None:
+    rng = np.random.default_rng(0)
+    for _ in range(n // 1000):
+        rb.add(obs=rng.random((1000, 4), np.float32), act=rng.integers(0, 2, 1000), rew=rng.random(1000, np.float32),
+               next_obs=rng.random((1000, 4), np.float32), done=np.zeros(1000, np.float32))
+
+
+def _steps(rb: Any, k: int) -> float:
+    """Seconds per sample(64) + update_priorities, over k steps."""
+    t0 = time.perf_counter()
+    for _ in range(k):
+        s = rb.sample(64, beta=0.4)
+        rb.update_priorities(s["indexes"], np.abs(s["rew"].ravel()) + 1e-3)
+    return (time.perf_counter() - t0) / k
+
+
+class ShardLearner:
+    """(a): an MP buffer on this node's daemon, sampled here."""
+
+    def __init__(self, cluster: Any, size: int) -> None:
+        from cpprb import MPPrioritizedReplayBuffer
+
+        self.rb = MPPrioritizedReplayBuffer(size, ENV, ctx=cluster.local())
+        _fill(self.rb, size)
+
+    def steps(self, k: int) -> float:
+        return _steps(self.rb, k)
+
+
+class ReplayActor:
+    """(b): RLlib's replay actor."""
+
+    def __init__(self, size: int) -> None:
+        from cpprb import PrioritizedReplayBuffer
+
+        self.rb = PrioritizedReplayBuffer(size, ENV)
+        _fill(self.rb, size)
+
+    def sample(self, n: int) -> dict:
+        return self.rb.sample(n, beta=0.4)
+
+    def update_priorities(self, idx: Any, prios: Any) -> None:
+        self.rb.update_priorities(idx, prios)
+
+
+class ActorLearner:
+    """(b): the learner beside it, on the same node."""
+
+    def __init__(self, replay: Any) -> None:
+        self.replay = replay
+
+    def steps(self, k: int) -> float:
+        import ray
+
+        t0 = time.perf_counter()
+        for _ in range(k):
+            s = ray.get(self.replay.sample.remote(64))
+            self.replay.update_priorities.remote(s["indexes"], np.abs(s["rew"].ravel()) + 1e-3)
+        return (time.perf_counter() - t0) / k
+
+
+class Consumer:
+    """The ingestion Queue's consumer, on its node's fast path."""
+
+    def __init__(self, cluster: Any, name: str) -> None:
+        from syncmgr import _fast
+
+        self.q = cluster.local().Queue(name=name)
+        self.fast = _fast.active(self.q)
+
+    def queue(self) -> Any:
+        return self.q
+
+    def is_fast(self) -> bool:
+        return bool(self.fast)
+
+    def drain(self, n_items: int, big: bool) -> tuple[float, int]:
+        """Get until n_items have come; (the wall-clock time then, bytes)."""
+        got, nbytes = 0, 0
+        while got < n_items:
+            batch = self.q.get_many(4096, timeout=60)
+            got += len(batch)
+            if big:
+                nbytes += sum(int(a.nbytes) for a in batch)
+        return time.time(), nbytes
+
+
+class Producer:
+    def run(self, q: Any, n_batches: int, big: bool) -> int:
+        if big:
+            a = np.ones(1 << 18, np.float32)  # 1 MiB
+            for _ in range(n_batches):
+                q.put(a)
+            return n_batches
+        items = [b"12345678"] * 64
+        for _ in range(n_batches):
+            q.put_many(items)
+        return 64 * n_batches
+
+
+def _pin(ray: Any, cls: Any, node: str, **opts: Any) -> Any:
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return ray.remote(cls).options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
+                                   **opts)
+
+
+def _alive(pids: list[int]) -> list[int]:
+    out = []
+    for p in pids:
+        try:
+            os.kill(p, 0)
+            out.append(p)
+        except ProcessLookupError:
+            pass
+    return out
+
+
+def run(smoke: bool) -> dict[str, Any]:
+    import ray
+    from cpprb import MPPrioritizedReplayBuffer, PrioritizedReplayBuffer
+    from ray.cluster_utils import Cluster
+
+    import syncmgr.ray as sray
+
+    size = 10_000 if smoke else 100_000
+    rounds, k = (2, 20) if smoke else (7, 400)
+    R: dict[str, Any] = {"date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), "rounds": rounds, "k": k,
+                         "size": size, "loadavg_start": T.machine()["loadavg"]}
+    rc = Cluster(initialize_head=True, head_node_args={**NODE, "include_dashboard": False})
+    extra = [rc.add_node(**NODE) for _ in range(2)]
+    rc.wait_for_nodes()
+    ray.init(address=rc.address, configure_logging=False, log_to_driver=False)
+    try:
+        # --- start and shutdown on 3 nodes ---------------------------------------
+        shm0 = set(glob.glob("/dev/shm/*"))
+        t0 = time.monotonic()
+        c = sray.start(name="bench-start")
+        nodes = c.nodes()
+        for nid in nodes:
+            c.on(nid).status()
+        R["start_s"] = time.monotonic() - t0
+        R["start_nodes"] = len(nodes)
+        for nid in nodes:
+            c.on(nid).SharedMemory(create=True, size=4096)
+        pids = [n["pid"] for n in nodes.values()]
+        t0 = time.monotonic()
+        c.shutdown()
+        deadline = time.monotonic() + 30
+        while _alive(pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        R["shutdown_s"] = time.monotonic() - t0
+        R["left_procs"] = len(_alive(pids))
+        R["left_shm"] = len(set(glob.glob("/dev/shm/*")) - shm0)
+        rc.remove_node(extra[-1])
+        rc.wait_for_nodes()
+        time.sleep(1)
+
+        # --- co-located learners on 2 nodes ----------------------------------------
+        cluster = sray.start(name="bench")
+        two = sorted(cluster.nodes())
+        shard = [_pin(ray, ShardLearner, n).remote(cluster, size) for n in two]
+        replay = [_pin(ray, ReplayActor, n).remote(size) for n in two]
+        learners = [_pin(ray, ActorLearner, n).remote(r) for n, r in zip(two, replay)]
+        ray.get([a.steps.remote(5) for a in shard + learners])
+        mp_rb = MPPrioritizedReplayBuffer(size, ENV)  # plain multiprocessing: its default context
+        _fill(mp_rb, size)
+        sp_rb = PrioritizedReplayBuffer(size, ENV)
+        _fill(sp_rb, size)
+        rows: dict[str, list[float]] = {"syncmgr": [], "actor": [], "mp": [], "single": []}
+        for _ in range(rounds):
+            rows["syncmgr"].append(statistics.mean(ray.get([a.steps.remote(k) for a in shard])))
+            rows["actor"].append(statistics.mean(ray.get([a.steps.remote(k) for a in learners])))
+            rows["mp"].append(_steps(mp_rb, k))
+            rows["single"].append(_steps(sp_rb, k))
+        R["learners"] = {name: statistics.median(v) for name, v in rows.items()}
+        for a in shard + learners + replay:
+            ray.kill(a)
+
+        # --- remote ingestion: 4 producers on node B, the consumer on node A -------------
+        a_node, b_node = two
+        for big in (False, True):
+            name = f"ingest-{'big' if big else 'small'}"
+            cons = _pin(ray, Consumer, a_node).remote(cluster, name)
+            q = ray.get(cons.queue.remote())
+            n_batches = (20 if big else 200) if smoke else (100 if big else 4000)
+            prods = [_pin(ray, Producer, b_node).remote() for _ in range(4)]
+            n_items = 4 * n_batches * (1 if big else 64)
+            ray.get([p.__ray_ready__.remote() for p in prods])
+            done = cons.drain.remote(n_items, big)
+            time.sleep(0.5)  # the consumer waits in get_many before the first put
+            t_start = time.time()  # the same clock as the consumer's: one machine
+            sent = ray.get([p.run.remote(q, n_batches, big) for p in prods])
+            t_end, nbytes = ray.get(done)
+            secs = t_end - t_start
+            assert sum(sent) == n_items
+            R["ingest_big" if big else "ingest_small"] = {"items": n_items, "seconds": secs, "bytes": nbytes,
+                                                          "fast": ray.get(cons.is_fast.remote())}
+            for p in prods + [cons]:
+                ray.kill(p)
+        cluster.shutdown()
+    finally:
+        ray.shutdown()
+        rc.shutdown()
+    R["loadavg_end"] = T.machine()["loadavg"]
+    return R
+
+
+def report(R: dict[str, Any], md: bool) -> str:
+    L = R["learners"]
+    b = (lambda s: f"**{s}**") if md else (lambda s: s)
+    out = []
+    out.append(T.table(["check", "measured", "target", ""], [
+        [f"start() on {R['start_nodes']} simulated nodes, every daemon answering", f"{R['start_s']:.2f} s", "<= 10 s",
+         b("PASS" if R["start_s"] <= 10 else "MISS")],
+        ["shutdown(): daemon processes left", str(R["left_procs"]), "0", b("PASS" if R["left_procs"] == 0 else "MISS")],
+        ["shutdown(): /dev/shm files left", str(R["left_shm"]), "0", b("PASS" if R["left_shm"] == 0 else "MISS")],
+    ], md))
+    out.append("")
+    vs_actor = L["actor"] / L["syncmgr"]
+    vs_mp = L["syncmgr"] / L["mp"]
+    out.append(T.table(["learner step: sample(64) + update_priorities", "per step", "ratio", "target", ""], [
+        ["syncmgr: MPPrioritizedReplayBuffer, ctx=cluster.local(), each node its own shard",
+         T.fmt_ns(L["syncmgr"] * 1e9), "", "", ""],
+        ["RLlib's pattern: replay actor + learner actor on the same node", T.fmt_ns(L["actor"] * 1e9),
+         f"{vs_actor:.1f}x slower than syncmgr", ">= 5x", b("PASS" if vs_actor >= 5 else "MISS")],
+        ["MPPrioritizedReplayBuffer on plain multiprocessing, one process", T.fmt_ns(L["mp"] * 1e9),
+         f"syncmgr takes {vs_mp:.2f}x its time", "<= 1.2x", b("PASS" if vs_mp <= 1.2 else "MISS")],
+        ["(reference) cpprb PrioritizedReplayBuffer, one process, no locks", T.fmt_ns(L["single"] * 1e9),
+         f"the MP buffer costs {L['mp'] / L['single']:.1f}x it", "", ""],
+    ], md))
+    out.append("")
+    s, g = R["ingest_small"], R["ingest_big"]
+    small = s["items"] / s["seconds"]
+    big = g["bytes"] / g["seconds"] / (1 << 30)
+    out.append(T.table(["remote ingestion, 4 producers over TCP+TLS -> fast-path consumer", "measured", "target", ""], [
+        ["put_many of 64 x 8 B items", f"{small:,.0f} items/s", ">= 1,000,000 items/s",
+         b("PASS" if small >= 1e6 else "MISS")],
+        ["1 MiB numpy arrays", f"{big:.2f} GiB/s", ">= 1 GiB/s", b("PASS" if big >= 1 else "MISS")],
+    ], md))
+    return "\n".join(out)
+
+
+def write_doc(R: dict[str, Any], path: str) -> None:
+    body = "\n".join([
+        BEGIN, "", "## syncmgr.ray: per-node daemons on simulated Ray nodes", "",
+        f"*Generated by `bench/cluster.py` (`make bench-cluster`); rerun it rather than editing.* {R['date']}, "
+        f"{os.cpu_count()} CPUs, load average {R['loadavg_start']} at start and {R['loadavg_end']} at end. Nodes "
+        f"are `ray.cluster_utils.Cluster` nodes on this machine. Learner rows: medians of {R['rounds']} "
+        f"interleaved rounds of {R['k']} steps on each of 2 nodes at once, shards of {R['size']:,} transitions. "
+        "A `put_many` over the socket path is still one request per item (the socket path's own issue makes "
+        "it one request), which the ingestion row shows.", "",
+        report(R, True), "", END])
+    T.write_section(path, BEGIN, END, body)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--smoke", action="store_true", help="a few steps of each; writes no file")
+    p.add_argument("--no-docs", action="store_true", help="write no Markdown")
+    args = p.parse_args(argv)
+    R = run(args.smoke)
+    print(report(R, False))
+    if not args.smoke and not args.no_docs:
+        write_doc(R, DOC)
+        T.log(f"wrote the ray-cluster section of {DOC}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
