@@ -813,6 +813,14 @@ class Client:
         self._connected_once = True
         return conn
 
+    def _lost_connection(self, e: OSError) -> exc.ServerGoneError:
+        """The error for a connection that failed mid-call (logged once until
+        the next connection is made)."""
+        if not self._lost:
+            _log.warning("lost the connection to syncmgr at %s: %s", self.address, e)
+            self._lost = True
+        return exc.ServerGoneError(f"lost the connection to syncmgr at {self.address}: {e}")
+
     def _noticed(self, notice: Optional[exc.SyncMgrError]) -> None:
         """Remember a shutdown the daemon announced (an unasked reply)."""
         if isinstance(notice, exc.ShuttingDownError):
@@ -890,10 +898,7 @@ class Client:
                 if attempt == 0 and conn.last_used:
                     self.close()
                     continue
-                if not self._lost:
-                    _log.warning("lost the connection to syncmgr at %s: %s", self.address, e)
-                    self._lost = True
-                raise exc.ServerGoneError(f"lost the connection to syncmgr at {self.address}: {e}") from None
+                raise self._lost_connection(e) from None
             except BaseException:
                 conn.close()
                 raise
@@ -916,10 +921,7 @@ class Client:
             raise
         except OSError as e:
             conn.close()
-            if not self._lost:
-                _log.warning("lost the connection to syncmgr at %s: %s", self.address, e)
-                self._lost = True
-            raise exc.ServerGoneError(f"lost the connection to syncmgr at {self.address}: {e}") from None
+            raise self._lost_connection(e) from None
         except BaseException:
             conn.close()
             raise
