@@ -144,8 +144,9 @@ bench-cluster-smoke: build venv
 # RLlib's co-located learner shards on syncmgr.ray, on 2 simulated nodes: each
 # shard's DQN must reach a greedy mean return of 195 on CartPole-v1
 # (SHARDS_ARGS="--address auto" on a real cluster; --target, --budget).
+# WRITE_DOCS=1 writes its figures into docs/benchmarks.md.
 demo-shards: build venv
-	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) examples/colocated_shards.py --local-nodes 2 $(SHARDS_ARGS)
+	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) examples/colocated_shards.py --local-nodes 2 $(if $(WRITE_DOCS),--write-docs) $(SHARDS_ARGS)
 
 # A few seconds of every benchmark, to check that it runs (not its numbers).
 bench-smoke: build venv

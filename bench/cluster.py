@@ -15,7 +15,9 @@ raylet and object store). Three parts, each in one run:
   (priorities sent with ``.remote()``), and (c) the same
   ``MPPrioritizedReplayBuffer`` on plain ``multiprocessing`` in one process,
   the floor for this buffer; plus cpprb's single-process
-  ``PrioritizedReplayBuffer`` for reference;
+  ``PrioritizedReplayBuffer`` for reference. Every row times two learners
+  at once (one per node, or two processes for the rows without Ray), so
+  each row carries the same load;
 * **remote ingestion over TCP+TLS on loopback**: 4 producers on one node
   put into a Queue whose consumer is on the other node, on its fast path:
   ``put_many`` of 64 x 8-byte items, and 1 MiB numpy arrays.
@@ -148,6 +150,49 @@ class Producer:
         return 64 * n_batches
 
 
+def _local_worker(kind: str, size: int, conn: Any) -> None:
+    """A process that holds one buffer (plain multiprocessing's MP buffer,
+    or cpprb's single-process one) and times steps on request."""
+    from cpprb import MPPrioritizedReplayBuffer, PrioritizedReplayBuffer
+
+    rb = MPPrioritizedReplayBuffer(size, ENV) if kind == "mp" else PrioritizedReplayBuffer(size, ENV)
+    _fill(rb, size)
+    conn.send("ready")
+    while True:
+        k = conn.recv()
+        if k is None:
+            return
+        conn.send(_steps(rb, k))
+
+
+class LocalPair:
+    """Two such processes, timed at once: the same load as two nodes' learners."""
+
+    def __init__(self, kind: str, size: int) -> None:
+        import multiprocessing as mp
+
+        ctx = mp.get_context("fork")
+        self.conns, self.procs = [], []
+        for _ in range(2):
+            a, b = ctx.Pipe()
+            p = ctx.Process(target=_local_worker, args=(kind, size, b), daemon=True)
+            p.start()
+            self.conns.append(a)
+            self.procs.append(p)
+        for c in self.conns:
+            assert c.recv() == "ready"
+
+    def steps(self, k: int) -> float:
+        for c in self.conns:
+            c.send(k)
+        return statistics.mean(c.recv() for c in self.conns)
+
+    def close(self) -> None:
+        for c, p in zip(self.conns, self.procs):
+            c.send(None)
+            p.join(10)
+
+
 def _pin(ray: Any, cls: Any, node: str, **opts: Any) -> Any:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -168,15 +213,15 @@ def _alive(pids: list[int]) -> list[int]:
 
 def run(smoke: bool) -> dict[str, Any]:
     import ray
-    from cpprb import MPPrioritizedReplayBuffer, PrioritizedReplayBuffer
     from ray.cluster_utils import Cluster
 
     import syncmgr.ray as sray
 
-    size = 10_000 if smoke else 100_000
+    # 2**14 is the buffer of the project's other cpprb benchmarks (bench/cpprb_bench.py).
+    sizes = [1 << 12] if smoke else [1 << 14, 100_000]
     rounds, k = (2, 20) if smoke else (7, 400)
     R: dict[str, Any] = {"date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), "rounds": rounds, "k": k,
-                         "size": size, "loadavg_start": T.machine()["loadavg"]}
+                         "sizes": sizes, "loadavg_start": T.machine()["loadavg"]}
     rc = Cluster(initialize_head=True, head_node_args={**NODE, "include_dashboard": False})
     extra = [rc.add_node(**NODE) for _ in range(2)]
     rc.wait_for_nodes()
@@ -209,23 +254,24 @@ def run(smoke: bool) -> dict[str, Any]:
         # --- co-located learners on 2 nodes ----------------------------------------
         cluster = sray.start(name="bench")
         two = sorted(cluster.nodes())
-        shard = [_pin(ray, ShardLearner, n).remote(cluster, size) for n in two]
-        replay = [_pin(ray, ReplayActor, n).remote(size) for n in two]
-        learners = [_pin(ray, ActorLearner, n).remote(r) for n, r in zip(two, replay)]
-        ray.get([a.steps.remote(5) for a in shard + learners])
-        mp_rb = MPPrioritizedReplayBuffer(size, ENV)  # plain multiprocessing: its default context
-        _fill(mp_rb, size)
-        sp_rb = PrioritizedReplayBuffer(size, ENV)
-        _fill(sp_rb, size)
-        rows: dict[str, list[float]] = {"syncmgr": [], "actor": [], "mp": [], "single": []}
-        for _ in range(rounds):
-            rows["syncmgr"].append(statistics.mean(ray.get([a.steps.remote(k) for a in shard])))
-            rows["actor"].append(statistics.mean(ray.get([a.steps.remote(k) for a in learners])))
-            rows["mp"].append(_steps(mp_rb, k))
-            rows["single"].append(_steps(sp_rb, k))
-        R["learners"] = {name: statistics.median(v) for name, v in rows.items()}
-        for a in shard + learners + replay:
-            ray.kill(a)
+        R["learners"] = {}
+        for size in sizes:
+            shard = [_pin(ray, ShardLearner, n).remote(cluster, size) for n in two]
+            replay = [_pin(ray, ReplayActor, n).remote(size) for n in two]
+            learners = [_pin(ray, ActorLearner, n).remote(r) for n, r in zip(two, replay)]
+            ray.get([a.steps.remote(5) for a in shard + learners])
+            mp_pair, sp_pair = LocalPair("mp", size), LocalPair("single", size)  # no Ray, no syncmgr
+            rows: dict[str, list[float]] = {"syncmgr": [], "actor": [], "mp": [], "single": []}
+            for _ in range(rounds):
+                rows["syncmgr"].append(statistics.mean(ray.get([a.steps.remote(k) for a in shard])))
+                rows["actor"].append(statistics.mean(ray.get([a.steps.remote(k) for a in learners])))
+                rows["mp"].append(mp_pair.steps(k))
+                rows["single"].append(sp_pair.steps(k))
+            mp_pair.close()
+            sp_pair.close()
+            R["learners"][size] = {name: statistics.median(v) for name, v in rows.items()}
+            for a in shard + learners + replay:
+                ray.kill(a)
 
         # --- remote ingestion: 4 producers on node B, the consumer on node A -------------
         a_node, b_node = two
@@ -257,7 +303,6 @@ def run(smoke: bool) -> dict[str, Any]:
 
 
 def report(R: dict[str, Any], md: bool) -> str:
-    L = R["learners"]
     b = (lambda s: f"**{s}**") if md else (lambda s: s)
     out = []
     out.append(T.table(["check", "measured", "target", ""], [
@@ -267,18 +312,22 @@ def report(R: dict[str, Any], md: bool) -> str:
         ["shutdown(): /dev/shm files left", str(R["left_shm"]), "0", b("PASS" if R["left_shm"] == 0 else "MISS")],
     ], md))
     out.append("")
-    vs_actor = L["actor"] / L["syncmgr"]
-    vs_mp = L["syncmgr"] / L["mp"]
-    out.append(T.table(["learner step: sample(64) + update_priorities", "per step", "ratio", "target", ""], [
-        ["syncmgr: MPPrioritizedReplayBuffer, ctx=cluster.local(), each node its own shard",
-         T.fmt_ns(L["syncmgr"] * 1e9), "", "", ""],
-        ["RLlib's pattern: replay actor + learner actor on the same node", T.fmt_ns(L["actor"] * 1e9),
-         f"{vs_actor:.1f}x slower than syncmgr", ">= 5x", b("PASS" if vs_actor >= 5 else "MISS")],
-        ["MPPrioritizedReplayBuffer on plain multiprocessing, one process", T.fmt_ns(L["mp"] * 1e9),
-         f"syncmgr takes {vs_mp:.2f}x its time", "<= 1.2x", b("PASS" if vs_mp <= 1.2 else "MISS")],
-        ["(reference) cpprb PrioritizedReplayBuffer, one process, no locks", T.fmt_ns(L["single"] * 1e9),
-         f"the MP buffer costs {L['mp'] / L['single']:.1f}x it", "", ""],
-    ], md))
+    rows = []
+    for size, L in R["learners"].items():
+        vs_actor = L["actor"] / L["syncmgr"]
+        vs_mp = L["syncmgr"] / L["mp"]
+        rows += [
+            [f"syncmgr: MPPrioritizedReplayBuffer({size:,}), ctx=cluster.local(), each node its own shard",
+             T.fmt_ns(L["syncmgr"] * 1e9), "", "", ""],
+            ["RLlib's pattern: replay actor + learner actor on the same node", T.fmt_ns(L["actor"] * 1e9),
+             f"{vs_actor:.1f}x slower than syncmgr", ">= 5x", b("PASS" if vs_actor >= 5 else "MISS")],
+            ["MPPrioritizedReplayBuffer on plain multiprocessing, one process", T.fmt_ns(L["mp"] * 1e9),
+             f"syncmgr takes {vs_mp:.2f}x its time", "<= 1.2x", b("PASS" if vs_mp <= 1.2 else "MISS")],
+            ["(reference) cpprb PrioritizedReplayBuffer, one process, no locks", T.fmt_ns(L["single"] * 1e9),
+             f"the MP buffer costs {L['mp'] / L['single']:.1f}x it", "", ""],
+        ]
+    out.append(T.table(["learner step: sample(64) + update_priorities", "per step", "ratio", "target", ""], rows,
+                       md))
     out.append("")
     s, g = R["ingest_small"], R["ingest_big"]
     small = s["items"] / s["seconds"]
@@ -297,7 +346,8 @@ def write_doc(R: dict[str, Any], path: str) -> None:
         f"*Generated by `bench/cluster.py` (`make bench-cluster`); rerun it rather than editing.* {R['date']}, "
         f"{os.cpu_count()} CPUs, load average {R['loadavg_start']} at start and {R['loadavg_end']} at end. Nodes "
         f"are `ray.cluster_utils.Cluster` nodes on this machine. Learner rows: medians of {R['rounds']} "
-        f"interleaved rounds of {R['k']} steps on each of 2 nodes at once, shards of {R['size']:,} transitions. "
+        f"interleaved rounds of {R['k']} steps by 2 learners at once (one per node; two processes for the rows "
+        f"without Ray), shards of {' and '.join(f'{n:,}' for n in R['sizes'])} transitions. "
         "A `put_many` over the socket path is still one request per item (the socket path's own issue makes "
         "it one request), which the ingestion row shows.", "",
         report(R, True), "", END])

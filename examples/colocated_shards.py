@@ -181,6 +181,41 @@ class Explorer:
         return {"steps": steps, "sent": sent, "remote": rb is None}
 
 
+DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "benchmarks.md")
+BEGIN, END = "<!-- colocated-shards:begin -->", "<!-- colocated-shards:end -->"
+
+
+def write_docs(figures: dict[str, Any], args: argparse.Namespace, ok: bool) -> None:
+    """Replace this example's section of docs/benchmarks.md with this run's figures."""
+    import datetime
+
+    where = f"{args.local_nodes} simulated nodes" if args.local_nodes else f"the Ray cluster at {args.address}"
+    lines = [BEGIN, "", "## Co-located replay shards (examples/colocated_shards.py)", "",
+             f"*Written by `make demo-shards WRITE_DOCS=1`; rerun it rather than editing.* "
+             f"{datetime.datetime.now():%Y-%m-%d %H:%M}, {os.cpu_count()} CPUs, {where}, {args.explorers} explorer(s) "
+             f"per node plus one per shard node feeding the next shard over TCP+TLS; target: every shard's greedy "
+             f"mean return over 10 episodes >= {args.target:g}. {'Reached' if ok else 'Not reached'} in "
+             f"{figures['seconds']} s; the global weights version (a Value on the driver's node) ended at "
+             f"{figures['weights_version']}.", "",
+             "| shard | updates | learner step (median, with the DQN's numpy work) | transitions stored | of which "
+             "ingested over TCP+TLS | greedy returns at 1k, 2k, ... updates |", "|---|---:|---:|---:|---:|---|"]
+    for r in figures["shards"]:
+        evals = ", ".join(f"{m:.0f}" for _, m in r["evals"])
+        lines.append(f"| {r['shard']} | {r['updates']:,} | {r['step_us']:.0f} µs | {r['stored']:,} | "
+                     f"{r['ingested']:,} | {evals} |")
+    lines += ["", END]
+    block = "\n".join(lines)
+    with open(DOCS, encoding="utf-8") as f:
+        text = f.read()
+    if BEGIN in text and END in text:
+        text = text[:text.index(BEGIN)] + block + text[text.index(END) + len(END):]
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    with open(DOCS + ".tmp", "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(DOCS + ".tmp", DOCS)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--local-nodes", type=int, default=0, help="simulate N nodes on this machine (ray.cluster_utils)")
@@ -192,6 +227,7 @@ def main() -> int:
     ap.add_argument("--budget", type=float, default=900.0, help="seconds of learning at most")
     ap.add_argument("--short", action="store_true", help="a few hundred updates: checks that every path runs")
     ap.add_argument("--json", default=None, help="write the figures to this file")
+    ap.add_argument("--write-docs", action="store_true", help="write the figures into docs/benchmarks.md")
     args = ap.parse_args()
 
     local = None
@@ -253,6 +289,8 @@ def main() -> int:
         else:
             ok = all(r["best"] >= args.target for r in results)
         print("colocated shards:", "OK" if ok else "FAILED")
+        if args.write_docs and not args.short:
+            write_docs(figures, args, ok)
         return 0 if ok else 1
     finally:
         cluster.shutdown()

@@ -75,9 +75,13 @@ def _on_node_make(cluster, name):
     assert lock.acquire(timeout=10)
     lock.release()
     q.put(("from", ray.get_runtime_context().get_node_id()))
+    key = sray._known_for(cluster.name).key
+    assert key is not None  # this worker got it, from the keeper
     return {"node": ray.get_runtime_context().get_node_id(), "fast": _fast.active(lock) and _fast.active(q),
             "pid": m.status()["server"]["pid"], "address": m.address, "q": q,
-            "env_has_key": any(v for k, v in os.environ.items() if k.startswith("SYNCMGR_AUTHKEY"))}
+            "env_has_key": any(k.startswith("SYNCMGR_AUTHKEY") or key.hex() in v.lower()
+                               for k, v in os.environ.items()),
+            "runtime_env": ray.get_runtime_context().runtime_env}
 
 
 @ray.remote(num_cpus=0)
@@ -109,7 +113,7 @@ def test_one_daemon_per_node_each_node_on_its_fast_path_proxies_cross_over_tls(r
             r = ray.get(_pinned(_on_node_make, nid).remote(cluster, f"q-{nid[:8]}"), timeout=120)
             assert r["node"] == nid and r["fast"], r  # its own node's daemon, on the fast path
             assert r["pid"] == nodes[nid]["pid"] and r["address"] == nodes[nid]["socket"]
-            assert not r["env_has_key"]
+            assert not r["env_has_key"] and not r["runtime_env"]  # no key in the environment, no runtime_env
             got[nid] = r
         a, b = sorted(nodes)
         # A's Queue, used on B: over TCP+TLS, pinned, the same FIFO.
