@@ -77,7 +77,9 @@ def _on_node_make(cluster, name):
     q.put(("from", ray.get_runtime_context().get_node_id()))
     key = sray._known_for(cluster.name).key
     assert key is not None  # this worker got it, from the keeper
-    return {"node": ray.get_runtime_context().get_node_id(), "fast": _fast.active(lock) and _fast.active(q),
+    # On the fast path exactly when this process may use it (not under SYNCMGR_FASTPATH=0).
+    return {"node": ray.get_runtime_context().get_node_id(),
+            "fast": (_fast.active(lock) and _fast.active(q)) == _fast.enabled_by_env(),
             "pid": m.status()["server"]["pid"], "address": m.address, "q": q,
             "env_has_key": any(k.startswith("SYNCMGR_AUTHKEY") or key.hex() in v.lower()
                                for k, v in os.environ.items()),
