@@ -23,6 +23,8 @@ Usage:
   syncmgr keygen            print a fresh 32-byte authkey as hex
   syncmgr status  [flags]   list objects and clients of a running daemon
   syncmgr version           print the version
+  syncmgr ray-start --name N   start a daemon on every node of a running Ray cluster
+  syncmgr ray-stop  --name N   stop them (both: the Python package's syncmgr command)
 
 'syncmgr COMMAND -h' describes a command and its flags; a flag takes one dash or
 two (-socket and --socket are the same).
@@ -72,6 +74,10 @@ func run(ctx context.Context, args []string) error {
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 		return nil
+	case "ray-start", "ray-stop":
+		return fmt.Errorf("%w: %s speaks to Ray, so it is a command of the Python package's `syncmgr` (pip install "+
+			"syncmgr, then run `syncmgr %s` from that environment, or `python -m syncmgr %s`)", errUsage, args[0],
+			args[0], args[0])
 	default:
 		fmt.Fprint(os.Stderr, usage)
 		return fmt.Errorf("%w: unknown command %q", errUsage, args[0])
