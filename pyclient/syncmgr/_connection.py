@@ -316,15 +316,16 @@ class Route:
     and reached there over the socket on its own node and over TCP+TLS,
     pinned to its certificate's SHA-256, from any other."""
 
-    __slots__ = ("dial", "key", "key_source", "ssl_context", "pin")
+    __slots__ = ("dial", "key", "key_source", "ssl_context", "pin", "peer")
 
     def __init__(self, dial: str, key: bytes, key_source: str, ssl_context: Optional[ssl.SSLContext] = None,
-                 pin: Optional[str] = None) -> None:
+                 pin: Optional[str] = None, peer: str = "") -> None:
         self.dial = dial
         self.key = key
         self.key_source = key_source
         self.ssl_context = ssl_context
         self.pin = pin
+        self.peer = peer  # what the daemon is, for errors ("node ... of syncmgr cluster ...")
 
 
 def route_for(address: str) -> Optional[Route]:
@@ -360,7 +361,7 @@ def get_client(address: str, authkey: Any = None, ssl_context: Optional[ssl.SSLC
         ):
             if route is not None:
                 c = Client(address, key if key is not None else route.key, route.ssl_context,
-                           key_source=route.key_source, dial=route.dial, pin=route.pin)
+                           key_source=route.key_source, dial=route.dial, pin=route.pin, peer=route.peer)
             else:
                 if key is not None:
                     source = "the authkey passed to connect() or Manager()"
@@ -375,7 +376,7 @@ class Connection:
     """One authenticated socket to the daemon."""
 
     def __init__(self, address: str, key: bytes, session: bytes, ssl_context: Optional[ssl.SSLContext] = None,
-                 retry: bool = True, key_source: str = "", pin: Optional[str] = None) -> None:
+                 retry: bool = True, key_source: str = "", pin: Optional[str] = None, peer: str = "") -> None:
         """Connect and authenticate. With retry, a ``limit`` answer (the
         daemon's connection caps) and a connection the daemon drops during
         the handshake (its handshake budget is full) are tried again, after
@@ -396,7 +397,7 @@ class Connection:
         while True:
             self._rstart = self._rend = 0
             self.closed = False
-            self.sock = _connect(address, ssl_context, pin)
+            self.sock = _connect(address, ssl_context, pin, peer)
             try:
                 self._handshake(key, session, address not in _no_ready, deadline)
                 return
@@ -663,20 +664,22 @@ def pinned_tls_context() -> ssl.SSLContext:
     return ctx
 
 
-def check_pin(sock: ssl.SSLSocket, pin: str, address: str) -> None:
+def check_pin(sock: ssl.SSLSocket, pin: str, address: str, peer: str = "") -> None:
     """Refuse a TLS peer whose certificate is not the pinned one, before a
     byte of the syncmgr handshake is sent."""
     der = sock.getpeercert(binary_form=True) or b""
     got = hashlib.sha256(der).hexdigest()
     if not hmac.compare_digest(got, pin.lower()):
         raise exc.ConnectError(
-            f"the TLS certificate of syncmgr at {address} is not the one pinned for it (sha256 {got[:16]}..., "
+            f"the TLS certificate of syncmgr at {address}{f' ({peer})' if peer else ''} is not the one pinned for it "
+            f"(sha256 {got[:16]}..., "
             f"expected {pin[:16]}...): another process answers at that address (a man in the middle, or the node's "
             "daemon was replaced); nothing was sent to it"
         )
 
 
-def _connect(address: str, ssl_context: Optional[ssl.SSLContext], pin: Optional[str] = None) -> socket.socket:
+def _connect(address: str, ssl_context: Optional[ssl.SSLContext], pin: Optional[str] = None,
+             peer: str = "") -> socket.socket:
     try:
         if address.startswith("tcp://"):
             hostport = address[len("tcp://"):]
@@ -687,7 +690,7 @@ def _connect(address: str, ssl_context: Optional[ssl.SSLContext], pin: Optional[
             if pin is not None:
                 tls = (ssl_context or pinned_tls_context()).wrap_socket(sock)
                 try:
-                    check_pin(tls, pin, address)
+                    check_pin(tls, pin, address, peer)
                 except BaseException:
                     tls.close()
                     raise
@@ -726,10 +729,11 @@ class Client:
     (``_transport.Transport``)."""
 
     def __init__(self, address: str, key: bytes, ssl_context: Optional[ssl.SSLContext] = None,
-                 key_source: str = "", dial: Optional[str] = None, pin: Optional[str] = None) -> None:
+                 key_source: str = "", dial: Optional[str] = None, pin: Optional[str] = None, peer: str = "") -> None:
         self.address = address  # what proxies pickle
         self.dial = dial or address  # where this process connects (a Route's, else the address)
         self._pin = pin
+        self._peer = peer
         self._key = key
         self._key_source = key_source
         self._ssl = ssl_context
@@ -782,7 +786,7 @@ class Client:
                     self._lost = True
             try:
                 conn = Connection(self.dial, self._key, _session_id, self._ssl, retry=False,
-                                  key_source=self._key_source, pin=self._pin)
+                                  key_source=self._key_source, pin=self._pin, peer=self._peer)
                 break
             except (exc.LimitError, _HandshakeDropped) as e:
                 # The daemon's caps or its handshake budget: try again (a

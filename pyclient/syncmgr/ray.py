@@ -416,7 +416,8 @@ def route(address: str) -> Optional[Route]:
     source = f"syncmgr cluster {name!r} (its keeper actor)"
     if _here().startswith(prefix):
         return Route(address, key, source)
-    return Route(info["tcp"], key, source, pinned_tls_context(), info["tls_sha256"])
+    return Route(info["tcp"], key, source, pinned_tls_context(), info["tls_sha256"],
+                 peer=f"node {info['node_id']} of syncmgr cluster {name!r}")
 
 
 class Cluster:

@@ -157,11 +157,17 @@ def test_bad_uses_get_clear_errors(rc):
         # A wrong pinned fingerprint: a TLS error naming the address, at once, nothing sent.
         nid, info = next(iter(cluster.nodes().items()))
         key = sray._known_for("errs").key or ray.get(sray._known_for("errs").keeper().secret.remote())
-        c = _connection.Client(info["socket"], key, _connection.pinned_tls_context(), dial=info["tcp"], pin="0" * 64)
+        route = sray.route(info["socket"])
+        here = ray.get_runtime_context().get_node_id()
+        if route.pin is None:  # the driver's own node: take the other one, reached over TCP
+            nid, info = next((n, i) for n, i in cluster.nodes().items() if n != here)
+            route = sray.route(info["socket"])
+        assert route.pin == info["tls_sha256"] and route.dial == info["tcp"]
+        c = _connection.Client(info["socket"], key, route.ssl_context, dial=route.dial, pin="0" * 64, peer=route.peer)
         t0 = time.monotonic()
         with pytest.raises(ConnectError, match="not the one pinned") as ei:
             c.call("ping", {})
-        assert time.monotonic() - t0 < 5 and info["tcp"] in str(ei.value)
+        assert time.monotonic() - t0 < 5 and info["tcp"] in str(ei.value) and nid in str(ei.value)
     finally:
         cluster.shutdown()
 
