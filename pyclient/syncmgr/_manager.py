@@ -246,7 +246,10 @@ class Manager:
             if not isinstance(lock, (px.LockProxy, px.RLockProxy)):
                 raise TypeError("Condition needs a syncmgr Lock or RLock")
             params["lock"] = lock.name
-        return self._create(px.ConditionProxy, name, **params)
+        cond = self._create(px.ConditionProxy, name, **params)
+        if lock is not None:  # which kind to create again after a daemon restart (not sent to the daemon)
+            cond._params = {**cond._params, "_lock_kind": lock._kind}
+        return cond
 
     def Barrier(self, parties: int, action: Any = None, timeout: Optional[float] = None,  # noqa: N802
                 name: Optional[str] = None) -> px.BarrierProxy:

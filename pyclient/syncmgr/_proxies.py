@@ -128,8 +128,16 @@ class BaseProxy:
                 f"(anonymous objects cannot be found again): create it again with the manager's factory "
                 f"(m.{what}(...)), or give it a name, which is created again on first use after a restart"
             ) from None
-        args = {"kind": self._kind, "name": self._name, **(self._params or {})}
-        self._client.call("create", args)
+        params = {k: v for k, v in (self._params or {}).items() if not k.startswith("_")}
+        lock, lock_kind = params.get("lock"), (self._params or {}).get("_lock_kind")
+        if lock is not None:  # a Condition over a Lock of its own: that one first (get-or-create)
+            if str(lock).startswith("anon-") or not lock_kind:
+                raise exc.ServerRestartedError(
+                    f"the syncmgr daemon at {self._client.address} restarted, and the anonymous lock of the "
+                    f"Condition {self._name!r} was lost with it: create both again with the manager's factories"
+                ) from None
+            self._client.call("create", {"kind": lock_kind, "name": lock})
+        self._client.call("create", {"kind": self._kind, "name": self._name, **params})
         _log.warning("syncmgr daemon at %s restarted: created the %s %r again, empty", self._client.address, what,
                      self._name)
         self._run = now
@@ -314,7 +322,11 @@ class ValueProxy(BaseProxy):
         return v
 
     def _decode(self, v: Any) -> Any:
-        return _loads(v) if self._code == "O" else v
+        if self._code == "O":
+            # Nothing stored yet (Value("O") with no value, or one created
+            # again after a daemon restart) reads as None.
+            return _loads(v) if v is not None and len(v) else None
+        return v
 
     def get(self) -> Any:
         return self._decode(self._call("get"))

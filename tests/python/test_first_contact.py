@@ -65,6 +65,38 @@ def test_named_proxies_work_again_after_a_restart_and_start_empty(fresh):
         assert _fast.active(lock) and _fast.active(q) and _fast.active(ev) and _fast.active(val)
 
 
+def test_conditions_barriers_and_object_values_come_back_after_a_restart(fresh):
+    m = syncmgr.connect(fresh.address, fresh.key)
+    lock = m.RLock(name="cond-lock")
+    cond, own = m.Condition(lock, name="cond"), m.Condition(name="cond-own")
+    barrier, obj = m.Barrier(2, name="bar"), m.Value("O", {"a": 1}, name="obj")
+    anon_lock_cond = m.Condition(m.Lock(), name="cond-anon-lock")
+    fresh.kill()
+    start_daemon_proc(fresh)
+    with cond:  # its RLock is created again first, as an RLock
+        cond.notify_all()
+        with lock:  # the same RLock, re-entered
+            pass
+    with own:
+        own.notify_all()
+    assert barrier.parties == 2
+    done = []
+    t = threading.Thread(target=lambda: done.append(barrier.wait(10)))
+    t.start()
+    barrier.wait(10)
+    t.join(10)
+    assert len(done) == 1
+    assert obj.value is None  # created again, empty
+    obj.value = [1, 2]
+    assert obj.value == [1, 2]
+    with pytest.raises(syncmgr.ServerRestartedError, match="anonymous lock"):
+        anon_lock_cond.acquire(timeout=1)
+
+
+def test_an_object_value_made_without_a_value_reads_none(m):
+    assert m.Value("O").value is None
+
+
 def test_a_pickled_named_proxy_works_in_another_process_after_a_restart(fresh):
     m = syncmgr.connect(fresh.address, fresh.key)
     q = m.Queue(name="carried")
