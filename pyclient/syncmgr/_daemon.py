@@ -124,7 +124,7 @@ def sweep_dead_dirs(base: str) -> list[str]:
     never touched."""
     import fcntl
 
-    swept = []
+    swept: list[str] = []
     try:
         names = os.listdir(base)
     except OSError:

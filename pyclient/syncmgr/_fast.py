@@ -239,11 +239,11 @@ def path_for(client: Client) -> Optional[FastPath]:
     life: it is tried again after a pause that doubles per failure
     (0.5 s to 30 s)."""
     key = id(client)
-    fp = _paths.get(key, False)
-    if fp is not False and (fp is None or fp.ok or fp.pid != os.getpid()):
-        return fp  # type: ignore[return-value]
-    if fp is not False:  # that daemon run has ended (its anchor closed): map the next one's
-        with _paths_lock:
+    if key in _paths:
+        fp = _paths[key]
+        if fp is None or fp.ok or fp.pid != os.getpid():
+            return fp
+        with _paths_lock:  # that daemon run has ended (its anchor closed): map the next one's
             if _paths.get(key) is fp:
                 del _paths[key]
     r = _retry.get(key)

@@ -290,9 +290,9 @@ class Keeper:
                     self.nodes.pop(nid, None)
                 with contextlib.suppress(Exception):
                     ray.kill(h)
-            nid, e = next(iter(failed.items()))
-            cause = getattr(e, "cause", None) or e
-            raise exc.RayClusterError(f"the syncmgr daemon on node {nid} could not start: {cause}"
+            first, error = next(iter(failed.items()))
+            cause = getattr(error, "cause", None) or error
+            raise exc.RayClusterError(f"the syncmgr daemon on node {first} could not start: {cause}"
                                       + ("" if len(failed) == 1 else f" (and on {len(failed) - 1} more nodes)")
                                       + "; the daemons this call started were stopped")
         return {nid: self.nodes[nid] for nid in node_ids}
