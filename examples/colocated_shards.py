@@ -197,8 +197,9 @@ def write_docs(figures: dict[str, Any], args: argparse.Namespace, ok: bool) -> N
              f"mean return over 10 episodes >= {args.target:g}. {'Reached' if ok else 'Not reached'} in "
              f"{figures['seconds']} s; the global weights version (a Value on the driver's node) ended at "
              f"{figures['weights_version']}.", "",
-             "| shard | updates | learner step (median, with the DQN's numpy work) | transitions stored | of which "
-             "ingested over TCP+TLS | greedy returns at 1k, 2k, ... updates |", "|---|---:|---:|---:|---:|---|"]
+             "| shard | updates | learner step (median, with the DQN's numpy work) | stored (capacity) | "
+             "transitions added from the ingestion Queue (TCP+TLS) | greedy returns at 1k, 2k, ... updates |",
+             "|---|---:|---:|---:|---:|---|"]
     for r in figures["shards"]:
         evals = ", ".join(f"{m:.0f}" for _, m in r["evals"])
         lines.append(f"| {r['shard']} | {r['updates']:,} | {r['step_us']:.0f} µs | {r['stored']:,} | "
