@@ -172,6 +172,12 @@ func TestHandshakeFlood(t *testing.T) {
 // the connections it opens in opened; the function it returns waits for
 // the loops to end.
 func idleFlood(addr string, n int, stop <-chan struct{}, opened *atomic.Int64) func() {
+	return reopeningFlood(addr, n, stop, opened, nil)
+}
+
+// reopeningFlood is idleFlood whose connections first run hello (nil: send
+// nothing).
+func reopeningFlood(addr string, n int, stop <-chan struct{}, opened *atomic.Int64, hello func(net.Conn)) func() {
 	var wg sync.WaitGroup
 	for range n {
 		wg.Add(1)
@@ -191,6 +197,9 @@ func idleFlood(addr string, n int, stop <-chan struct{}, opened *atomic.Int64) f
 					continue
 				}
 				opened.Add(1)
+				if hello != nil {
+					hello(c)
+				}
 				done := make(chan struct{})
 				go func() {
 					select {
@@ -357,45 +366,7 @@ func legitWith(address string, key []byte, rounds int, opts ...proxy.Option) (ok
 // opened; the function it returns waits for the loops to end.
 func readyFlood(addr string, n int, stop <-chan struct{}, opened *atomic.Int64) func() {
 	ready, _ := wire.Marshal(auth.Ready{T: "ready"})
-	var wg sync.WaitGroup
-	for range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			d := net.Dialer{Timeout: time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.1")}}
-			buf := make([]byte, 512)
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				c, err := d.Dial("tcp", addr)
-				if err != nil {
-					time.Sleep(10 * time.Millisecond) // e.g. out of ephemeral ports: a short pause, not a spin
-					continue
-				}
-				opened.Add(1)
-				_ = wire.WriteFrame(c, ready)
-				done := make(chan struct{})
-				go func() {
-					select {
-					case <-stop:
-						c.Close()
-					case <-done:
-					}
-				}()
-				for {
-					if _, err := c.Read(buf); err != nil {
-						break
-					}
-				}
-				close(done)
-				c.Close()
-			}
-		}()
-	}
-	return wg.Wait
+	return reopeningFlood(addr, n, stop, opened, func(c net.Conn) { _ = wire.WriteFrame(c, ready) })
 }
 
 // firstTries connects to network/addr up to rounds times, or until

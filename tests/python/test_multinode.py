@@ -74,22 +74,30 @@ def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
 
 
+def two_hosts(prefix: str, made: list[str]) -> tuple[str, str]:
+    """Two network namespaces joined by a veth pair, HEAD_IP and WORKER_IP;
+    their names are appended to made as they are made (the caller deletes
+    them, which removes the veth pair too)."""
+    tag = f"{os.getpid() % 100000}"
+    head, worker = f"{prefix}{tag}h", f"{prefix}{tag}w"
+    for ns in (head, worker):
+        _ip("netns", "add", ns)
+        made.append(ns)
+    _ip("link", "add", f"{prefix}v{tag}h", "type", "veth", "peer", "name", f"{prefix}v{tag}w")
+    for ns, dev, addr in ((head, f"{prefix}v{tag}h", HEAD_IP), (worker, f"{prefix}v{tag}w", WORKER_IP)):
+        _ip("link", "set", dev, "netns", ns)
+        _ip("-n", ns, "addr", "add", f"{addr}/30", "dev", dev)
+        _ip("-n", ns, "link", "set", dev, "up")
+        _ip("-n", ns, "link", "set", "lo", "up")
+    return head, worker
+
+
 @pytest.fixture
 def hosts() -> Iterator[Hosts]:
-    tag = f"{os.getpid() % 100000}"
-    head, worker = f"smn{tag}h", f"smn{tag}w"
     d = tempfile.mkdtemp(prefix="smn", dir="/tmp")
     made: list[str] = []
     try:
-        for ns in (head, worker):
-            _ip("netns", "add", ns)
-            made.append(ns)
-        _ip("link", "add", f"smv{tag}h", "type", "veth", "peer", "name", f"smv{tag}w")
-        for ns, dev, addr in ((head, f"smv{tag}h", HEAD_IP), (worker, f"smv{tag}w", WORKER_IP)):
-            _ip("link", "set", dev, "netns", ns)
-            _ip("-n", ns, "addr", "add", f"{addr}/30", "dev", dev)
-            _ip("-n", ns, "link", "set", dev, "up")
-            _ip("-n", ns, "link", "set", "lo", "up")
+        head, worker = two_hosts("smn", made)
         cert, key = os.path.join(d, "cert.pem"), os.path.join(d, "key.pem")
         subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
                         "-nodes", "-days", "1", "-subj", "/CN=head", "-addext", f"subjectAltName=IP:{HEAD_IP}",

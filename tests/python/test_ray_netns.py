@@ -25,7 +25,7 @@ import textwrap
 import pytest
 
 pytest.importorskip("ray")
-from test_multinode import _REASON, HEAD_IP, WORKER_IP, _ip  # noqa: E402
+from test_multinode import _REASON, HEAD_IP, WORKER_IP, two_hosts  # noqa: E402
 
 pytestmark = pytest.mark.skipif(_REASON is not None, reason=_REASON or "")
 
@@ -95,21 +95,11 @@ def _netns(ns: str, *argv: str) -> list[str]:
 
 
 def test_a_ray_worker_node_in_another_namespace_gets_its_own_daemon() -> None:
-    tag = f"{os.getpid() % 100000}"
-    head, worker = f"smr{tag}h", f"smr{tag}w"
     tmp = tempfile.mkdtemp(prefix="smr", dir="/tmp")
     made: list[str] = []
     env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled")
     try:
-        for ns in (head, worker):
-            _ip("netns", "add", ns)
-            made.append(ns)
-        _ip("link", "add", f"smr{tag}a", "type", "veth", "peer", "name", f"smr{tag}b")
-        for ns, dev, addr in ((head, f"smr{tag}a", HEAD_IP), (worker, f"smr{tag}b", WORKER_IP)):
-            _ip("link", "set", dev, "netns", ns)
-            _ip("-n", ns, "addr", "add", f"{addr}/30", "dev", dev)
-            _ip("-n", ns, "link", "set", dev, "up")
-            _ip("-n", ns, "link", "set", "lo", "up")
+        head, worker = two_hosts("smr", made)
         common = ["--num-cpus", "2", "--object-store-memory", str(80 << 20), "--disable-usage-stats"]
         r = subprocess.run(_netns(head, RAY, "start", "--head", "--node-ip-address", HEAD_IP, "--port", "6379",
                                   "--include-dashboard=false", "--temp-dir", os.path.join(tmp, "h"), *common),
