@@ -35,16 +35,7 @@ version=$(sed -nE 's/^version = "([^"]+)"/\1/p' pyclient/pyproject.toml)
 failed=0
 fail() { echo "wheel: FAILED: $*"; failed=$((failed + 1)); }
 
-# find_python 3.X: pyenv's CPython 3.X, else python3.X on PATH.
-find_python() {
-  local v=$1 root p
-  root=$(pyenv root 2>/dev/null || echo "${PYENV_ROOT:-$HOME/.pyenv}")
-  for p in "$root"/versions/"$v".*/bin/python"$v"; do
-    if [ -x "$p" ]; then echo "$p"; return 0; fi
-  done
-  p=$(command -v "python$v" 2>/dev/null) && [ -x "$p" ] && { echo "$p"; return 0; }
-  return 1
-}
+. scripts/find-python.sh  # find_python 3.X
 
 bash scripts/wheel-tools.sh || { echo "wheel: FAILED: the build tools could not be installed"; exit 1; }
 echo "wheel: tools: zig $("$tools/bin/python" -m ziglang version), auditwheel $("$tools/bin/auditwheel" --version | awk 'NR == 1 {print $2}')"

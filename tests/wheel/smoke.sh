@@ -38,15 +38,7 @@ bad() { echo "wheel-smoke: $1: FAILED: $2"; failed=$((failed + 1)); }
 note() { echo "wheel-smoke: $1: not run: $2"; notes+=("$1: $2"); }
 indent() { sed 's/^/    /'; }
 
-find_python() {
-  local v=$1 root p
-  root=$(pyenv root 2>/dev/null || echo "${PYENV_ROOT:-$HOME/.pyenv}")
-  for p in "$root"/versions/"$v".*/bin/python"$v"; do
-    if [ -x "$p" ]; then echo "$p"; return 0; fi
-  done
-  p=$(command -v "python$v" 2>/dev/null) && [ -x "$p" ] && { echo "$p"; return 0; }
-  return 1
-}
+. scripts/find-python.sh  # find_python 3.X
 
 if ! bash scripts/wheel-tools.sh; then
   bad "tools" "scripts/wheel-tools.sh could not install ziglang and auditwheel"
