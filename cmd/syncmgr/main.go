@@ -87,14 +87,7 @@ func run(ctx context.Context, args []string) error {
 // signalContext is cancelled by the first SIGINT, SIGTERM or SIGHUP; a
 // second one exits at once. SIGHUP (the terminal of `syncmgr serve &`
 // closing) is a clean stop like SIGTERM: segments unlinked, socket removed.
-//
-// SIGPIPE is ignored: the daemon's log goes to stderr, which is often a pipe
-// to the process that started it (an embedded daemon's manager, a Ray
-// actor). When that process dies, Go's default would kill the daemon on its
-// next log line (the one saying it is shutting down), before it unlinks its
-// segments; ignored, the write fails with EPIPE and the shutdown goes on.
 func signalContext() (context.Context, func()) {
-	signal.Ignore(syscall.SIGPIPE)
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := make(chan os.Signal, 2)
 	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)

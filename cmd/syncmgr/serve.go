@@ -9,10 +9,12 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/signal"
 	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -31,6 +33,13 @@ import (
 const version = server.Version
 
 func runServe(ctx context.Context, args []string) error {
+	// The daemon ignores SIGPIPE (the other commands keep Go's default, so
+	// `syncmgr status | head` ends quietly): its log goes to stderr, often a
+	// pipe to the process that started it (an embedded daemon's manager, a
+	// Ray actor). When that process dies, the default would kill the daemon
+	// on its next log line (the shutdown's own), before it unlinks its
+	// segments; ignored, the write fails with EPIPE and the shutdown goes on.
+	signal.Ignore(syscall.SIGPIPE)
 	fs := newFlagSet("serve", "serve [flags]",
 		"Run the daemon: named Locks, Queues, Events, Values, ... and shared memory for Python and Go clients.",
 		"The authkey comes from --authkey-file, else $SYNCMGR_AUTHKEY (hex), else the file\nnamed by $SYNCMGR_AUTHKEY_FILE; make one with 'syncmgr keygen'. It is never\ntaken from the command line.")
