@@ -208,23 +208,21 @@ def coerce_key(key: Any) -> bytes:
     $SYNCMGR_AUTHKEY holds it."""
     if isinstance(key, (bytes, bytearray, memoryview)):
         b = bytes(key)
-        if not b:
-            raise ValueError("the syncmgr authkey is empty")
-        return b
-    if isinstance(key, str):
+    elif isinstance(key, str):
         try:
             b = bytes.fromhex(key.strip())
         except ValueError:
             raise ValueError(
                 "an authkey given as a str must be hex, as `syncmgr keygen` prints it; pass raw key bytes as bytes"
             ) from None
-        if not b:
-            raise ValueError("the syncmgr authkey is empty")
-        return b
-    raise TypeError(
-        "an authkey is bytes (the key itself) or a str of hex (as `syncmgr keygen` prints it), "
-        f"not {type(key).__name__}"
-    )
+    else:
+        raise TypeError(
+            "an authkey is bytes (the key itself) or a str of hex (as `syncmgr keygen` prints it), "
+            f"not {type(key).__name__}"
+        )
+    if not b:
+        raise ValueError("the syncmgr authkey is empty")
+    return b
 
 
 def looks_like_hex_text(key: bytes) -> bool:
@@ -310,11 +308,13 @@ def key_and_source_for(address: str) -> tuple[bytes, str]:
 
 
 class Route:
-    """How this process reaches the daemon an address names, when that is
-    not the address itself: a daemon of a syncmgr cluster on Ray
-    (``syncmgr.ray``) is named by its node's socket path in every process,
-    and reached there over the socket on its own node and over TCP+TLS,
-    pinned to its certificate's SHA-256, from any other."""
+    """How this process reaches the daemon an address names: where it dials,
+    with which key (and words for where the key came from), and how it
+    checks the daemon over TLS. Usually the address itself; a daemon of a
+    syncmgr cluster on Ray (``syncmgr.ray``) is named by its node's socket
+    path in every process, and reached there over the socket on its own
+    node and over TCP+TLS, pinned to its certificate's SHA-256, from any
+    other."""
 
     __slots__ = ("dial", "key", "key_source", "ssl_context", "pin", "peer")
 
@@ -326,6 +326,11 @@ class Route:
         self.ssl_context = ssl_context
         self.pin = pin
         self.peer = peer  # what the daemon is, for errors ("node ... of syncmgr cluster ...")
+
+    def connect(self, session: bytes, retry: bool = True) -> Connection:
+        """A new authenticated connection to the daemon, for session."""
+        return Connection(self.dial, self.key, session, self.ssl_context, retry=retry, key_source=self.key_source,
+                          pin=self.pin, peer=self.peer)
 
 
 def route_for(address: str) -> Optional[Route]:
@@ -349,26 +354,27 @@ def get_client(address: str, authkey: Any = None, ssl_context: Optional[ssl.SSLC
     if ssl_context is None and address.startswith("tcp://"):
         ssl_context = tls_context_from_env()
     key = coerce_key(authkey) if authkey is not None else None
+
+    def serves(c: Optional[Client]) -> bool:  # the process's client for address, if it fits the arguments
+        return c is not None and (key is None or c._key == key) and (ssl_context is None or c._ssl is ssl_context)
+
     with _clients_lock:
         c = _clients.get(address)
-        if c is not None and (key is None or c._key == key) and (ssl_context is None or c._ssl is ssl_context):
-            return c
+        if serves(c):
+            return c  # type: ignore[return-value]
     route = route_for(address)  # (outside the lock: it may ask Ray)
     with _clients_lock:
         c = _clients.get(address)
-        if c is None or (key is not None and c._key != key) or (
-            ssl_context is not None and c._ssl is not ssl_context
-        ):
-            if route is not None:
-                c = Client(address, key if key is not None else route.key, route.ssl_context,
-                           key_source=route.key_source, dial=route.dial, pin=route.pin, peer=route.peer)
-            else:
-                if key is not None:
-                    source = "the authkey passed to connect() or Manager()"
-                else:
-                    key, source = key_and_source_for(address)
-                c = Client(address, key, ssl_context, key_source=source)
-            _clients[address] = c
+        if serves(c):
+            return c  # type: ignore[return-value]
+        if route is not None:
+            if key is not None:
+                route = Route(route.dial, key, route.key_source, route.ssl_context, route.pin, route.peer)
+        elif key is not None:
+            route = Route(address, key, "the authkey passed to connect() or Manager()", ssl_context)
+        else:
+            route = Route(address, *key_and_source_for(address), ssl_context)
+        c = _clients[address] = Client(address, route)
         return c
 
 
@@ -728,15 +734,9 @@ class Client:
     """A process's connections to one daemon: the socket transport
     (``_transport.Transport``)."""
 
-    def __init__(self, address: str, key: bytes, ssl_context: Optional[ssl.SSLContext] = None,
-                 key_source: str = "", dial: Optional[str] = None, pin: Optional[str] = None, peer: str = "") -> None:
+    def __init__(self, address: str, route: Route) -> None:
         self.address = address  # what proxies pickle
-        self.dial = dial or address  # where this process connects (a Route's, else the address)
-        self._pin = pin
-        self._peer = peer
-        self._key = key
-        self._key_source = key_source
-        self._ssl = ssl_context
+        self.route = route  # how this process reaches it
         self._pid = os.getpid()
         self._pool: list[Connection] = []
         self._lock = threading.Lock()
@@ -748,6 +748,19 @@ class Client:
         self._connected_once = False
         self._lost = False  # a connection was lost: log the next one made
         self._stopping = False  # the daemon said it is shutting down (and has not been reached since)
+
+    @property
+    def dial(self) -> str:
+        """Where this process connects to reach address."""
+        return self.route.dial
+
+    @property
+    def _key(self) -> bytes:
+        return self.route.key
+
+    @property
+    def _ssl(self) -> Optional[ssl.SSLContext]:
+        return self.route.ssl_context
 
     def _forget_after_fork(self) -> None:
         # The parent's sockets are not ours: drop them without a word on the wire.
@@ -785,8 +798,7 @@ class Client:
                     _log.info("syncmgr at %s closed idle connections (restarted?); reconnecting", self.address)
                     self._lost = True
             try:
-                conn = Connection(self.dial, self._key, _session_id, self._ssl, retry=False,
-                                  key_source=self._key_source, pin=self._pin, peer=self._peer)
+                conn = self.route.connect(_session_id, retry=False)
                 break
             except (exc.LimitError, _HandshakeDropped) as e:
                 # The daemon's caps or its handshake budget: try again (a

@@ -107,7 +107,7 @@ class FastPath:
         self.ring_lock = threading.Lock()
         self.handles: weakref.WeakSet[_Handle] = weakref.WeakSet()  # the handles using this mapping
         # No retry here: a refused attach is tried again later (path_for).
-        self.anchor = _connection.Connection(client.dial, client._key, _connection._session_id, None, retry=False)
+        self.anchor = client.route.connect(_connection._session_id, retry=False)
         try:
             info, fds = self._attach()
             try:
@@ -627,7 +627,7 @@ def _open_ring(fp: FastPath, kind: str, name: str) -> Any:
         conn = fp.ring_conn
         if conn is None or conn.closed:
             try:
-                conn = _connection.Connection(client.dial, client._key, _connection._session_id, None)
+                conn = client.route.connect(_connection._session_id)
             except (exc.SyncMgrError, OSError):
                 return None
             fp.ring_conn = conn

@@ -91,7 +91,7 @@ def _on_node_take(q):
     """On another node: a proxy made elsewhere, used here."""
     c = q._client
     return {"node": ray.get_runtime_context().get_node_id(), "item": q.get(timeout=30), "dial": c.dial,
-            "pinned": c._pin is not None}
+            "pinned": c.route.pin is not None}
 
 
 def _pinned(fn, node):
@@ -163,7 +163,8 @@ def test_bad_uses_get_clear_errors(rc):
             nid, info = next((n, i) for n, i in cluster.nodes().items() if n != here)
             route = sray.route(info["socket"])
         assert route.pin == info["tls_sha256"] and route.dial == info["tcp"]
-        c = _connection.Client(info["socket"], key, route.ssl_context, dial=route.dial, pin="0" * 64, peer=route.peer)
+        wrong = _connection.Route(route.dial, key, route.key_source, route.ssl_context, "0" * 64, route.peer)
+        c = _connection.Client(info["socket"], wrong)
         t0 = time.monotonic()
         with pytest.raises(ConnectError, match="not the one pinned") as ei:
             c.call("ping", {})

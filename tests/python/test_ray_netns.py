@@ -58,7 +58,7 @@ DRIVER = textwrap.dedent(r"""
     @ray.remote(num_cpus=0)
     def take(q):
         c = q._client
-        return {"item": q.get(timeout=30), "dial": c.dial, "pinned": c._pin is not None,
+        return {"item": q.get(timeout=30), "dial": c.dial, "pinned": c.route.pin is not None,
                 "on": ray.util.get_node_ip_address()}
 
     on = lambda ip: NodeAffinitySchedulingStrategy(nodes[ip], soft=False)
