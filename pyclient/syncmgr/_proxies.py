@@ -99,11 +99,7 @@ class BaseProxy:
         return args
 
     def _call(self, op: str, **args: Any) -> Any:
-        try:
-            return self._client.call(op, self._args(args))
-        except exc.NoSuchObjectError as e:
-            self._after_restart(e)
-        return self._client.call(op, self._args(args))
+        return self._call_blocking(op, 0.0, **args)
 
     def _call_blocking(self, op: str, wait: Optional[float], undo: Any = None, blob_key: Optional[str] = None,
                        blob: Any = None, **args: Any) -> Any:

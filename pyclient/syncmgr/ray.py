@@ -46,6 +46,7 @@ import logging
 import os
 import re
 import shutil
+import socket
 import stat
 import tempfile
 import threading
@@ -127,6 +128,10 @@ def _remote(cls: type) -> Any:
     return r
 
 
+def _node_states(ray: Any) -> dict[str, bool]:
+    """Every node the Ray cluster knows: node id -> alive."""
+    return {n["NodeID"]: bool(n.get("Alive")) for n in ray.nodes()}
+
 
 def node_dir(cluster: str, node_id: str) -> str:
     """The directory of cluster's daemon on node_id: its socket, the key file
@@ -152,8 +157,6 @@ def _private_dirs(path: str) -> None:
 
 def _listening(sock: str) -> bool:
     """Whether a process accepts connections on the Unix socket sock."""
-    import socket
-
     try:
         with socket.socket(socket.AF_UNIX) as s:
             s.settimeout(1.0)
@@ -451,14 +454,16 @@ class Cluster:
         nid = _here()
         k = self._known()
         with k.lock:
-            if k.node(nid[:16]) is None:
+            info = k.node(nid[:16])
+            if info is None:
                 k.fetch(key=False)
-            if k.node(nid[:16]) is None:
+                info = k.node(nid[:16])
+            if info is None:
                 _ray().get(k.keeper().ensure_node.remote(nid), timeout=_START_TIMEOUT + 60)
                 k.fetch(key=False)
-            info = k.node(nid[:16])
+                info = k.node(nid[:16])
         assert info is not None
-        return connect(info["socket"], label=None)
+        return connect(info["socket"])
 
     def on(self, node_id: str) -> Manager:
         """A Manager for node_id's daemon; from another node, over TCP+TLS."""
@@ -470,14 +475,13 @@ class Cluster:
         with k.lock:
             k.fetch(key=False)
             info = k.nodes.get(node_id)
+        alive = _node_states(ray)
         if info is None:
-            alive = {n["NodeID"]: n.get("Alive", False) for n in ray.nodes()}
             state = ("has left the Ray cluster" if alive.get(node_id) is False else
                      "is not a node of this Ray cluster" if node_id not in alive else
                      "has no syncmgr daemon of this cluster (call cluster.local() on it, or start() again)")
             raise exc.RayClusterError(f"node {node_id} {state}; syncmgr cluster {self.name!r} has daemons on "
                                       f"{sorted(k.nodes)}")
-        alive = {n["NodeID"]: n.get("Alive", False) for n in ray.nodes()}
         if not alive.get(node_id, False):
             raise exc.RayClusterError(f"node {node_id} has left the Ray cluster: its syncmgr daemon is gone")
         return connect(info["socket"])
@@ -520,7 +524,7 @@ def start(nodes: Optional[list[str]] = None, *, name: Optional[str] = None, deta
         name = f"job-{ray.get_runtime_context().get_job_id()}"
     _check_name(name)
     args = _flags(limits) + [str(a) for a in daemon_args]
-    alive = [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
+    alive = [nid for nid, up in _node_states(ray).items() if up]
     if nodes is None:
         want = alive
     else:
