@@ -187,6 +187,22 @@ func dropped(err error) error {
 	return err
 }
 
+// noDaemon is ErrNoDaemon, with the command that starts one, when dialling
+// address failed with err because nothing listens there (no socket file,
+// or a refused connection); nil for any other failure.
+func noDaemon(address string, err error) error {
+	if !errors.Is(err, syscall.ENOENT) && !errors.Is(err, syscall.ECONNREFUSED) {
+		return nil
+	}
+	network, addr := ParseAddress(address)
+	start := "syncmgr serve --socket " + addr
+	if network == "tcp" {
+		start = "syncmgr serve --tcp " + addr
+	}
+	return fmt.Errorf("%w at %s (%w): start one with `%s`, or set %s to a running daemon's address",
+		ErrNoDaemon, address, err, start, EnvAddress)
+}
+
 // noReady holds the addresses of daemons that do not read a ready frame.
 var noReady sync.Map
 
@@ -195,13 +211,8 @@ func dialOnce(ctx context.Context, address string, key []byte, o *options, deadl
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, network, addr)
 	if err != nil {
-		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
-			start := "syncmgr serve --socket " + addr
-			if network == "tcp" {
-				start = "syncmgr serve --tcp " + addr
-			}
-			return nil, fmt.Errorf("%w at %s (%w): start one with `%s`, or set %s to a running daemon's address",
-				ErrNoDaemon, address, err, start, EnvAddress)
+		if nd := noDaemon(address, err); nd != nil {
+			return nil, nd
 		}
 		return nil, fmt.Errorf("connect to syncmgr at %s: %w", address, err)
 	}

@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"syscall"
 
 	"github.com/syncmgr/syncmgr/auth"
 )
@@ -52,8 +51,8 @@ func DialEnv(ctx context.Context, opts ...Option) (*Client, error) {
 		network, addr := ParseAddress(DefaultAddress())
 		var d net.Dialer
 		nc, derr := d.DialContext(ctx, network, addr)
-		if derr != nil && (errors.Is(derr, syscall.ENOENT) || errors.Is(derr, syscall.ECONNREFUSED)) {
-			return nil, fmt.Errorf("%w at %s (%w); and no authkey is set either", ErrNoDaemon, DefaultAddress(), derr)
+		if nd := noDaemon(DefaultAddress(), derr); nd != nil {
+			return nil, fmt.Errorf("%w; and no authkey is set either", nd)
 		}
 		if nc != nil {
 			nc.Close()
