@@ -169,9 +169,10 @@ def sweep_dead_dirs(base: str) -> list[str]:
     return swept
 
 
-def write_key_file(directory: str, key: bytes) -> str:
-    """Write key (hex) to directory/syncmgr.key, mode 0600, never through a symlink."""
-    path = os.path.join(directory, KEY_FILE)
+def write_key_file(directory: str, key: bytes, name: str = KEY_FILE) -> str:
+    """Write key (hex) to directory/name (syncmgr.key), mode 0600, never
+    through a symlink, and return its path."""
+    path = os.path.join(directory, name)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(key.hex())
@@ -272,12 +273,9 @@ class PrivateDaemon:
         if self.key_in_env:
             env["SYNCMGR_AUTHKEY"] = self.key.hex()
         else:
-            once_key = os.path.join(self.dir, "start.key")
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(once_key)
-            fd = os.open(once_key, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(self.key.hex())
+                os.unlink(os.path.join(self.dir, "start.key"))
+            once_key = write_key_file(self.dir, self.key, "start.key")
             cmd += ["--authkey-file", once_key]
         try:
             return self._start(cmd, env, timeout)
