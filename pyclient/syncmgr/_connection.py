@@ -11,6 +11,7 @@ killed). After ``fork`` the child gets a new session id and never touches
 the parent's sockets.
 
 Socket and msgpack errors become syncmgr exceptions here and nowhere else.
+Where a key comes from is ``_keys``; TLS settings and pins are ``_tls``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ import os
 import re
 import socket
 import ssl
-import stat
 import sys
 import threading
 import time
@@ -34,6 +34,8 @@ import msgpack
 
 from . import exceptions as exc
 from ._framing import HEADER, ITEM_ALIGN, bin_reply, bin_start, check_size, encode_request, frame, packb, sendmsg_all
+from ._keys import coerce_key, key_and_source_for, looks_like_hex_text
+from ._tls import check_pin, pinned_tls_context, tls_context_from_env
 
 _log = logging.getLogger("syncmgr")
 _log.addHandler(logging.NullHandler())
@@ -118,32 +120,6 @@ def default_address() -> str:
     return os.path.join(os.environ.get("TMPDIR") or "/tmp", f"syncmgr-{os.getuid()}", "syncmgr.sock")
 
 
-TLS_ENV = ("SYNCMGR_TLS_CA", "SYNCMGR_TLS_CERT", "SYNCMGR_TLS_KEY", "SYNCMGR_TLS_SERVER_NAME")
-_env_tls: dict[tuple[str, ...], ssl.SSLContext] = {}
-
-
-def tls_context_from_env() -> Optional[ssl.SSLContext]:
-    """TLS for tcp:// addresses from the environment, or None when
-    $SYNCMGR_TLS_CA is not set: $SYNCMGR_TLS_CA (CA file to trust),
-    $SYNCMGR_TLS_CERT and $SYNCMGR_TLS_KEY (optional client certificate),
-    $SYNCMGR_TLS_SERVER_NAME (the name to check the certificate against;
-    default: the address's host). ``Manager.runtime_env()`` carries them."""
-    vals = tuple(os.environ.get(k, "") for k in TLS_ENV)
-    if not vals[0]:
-        return None
-    with _clients_lock:
-        ctx = _env_tls.get(vals)
-        if ctx is None:
-            try:
-                ctx = ssl.create_default_context(cafile=vals[0])
-                if vals[1]:
-                    ctx.load_cert_chain(vals[1], vals[2] or None)
-            except (OSError, ssl.SSLError) as e:
-                raise exc.ConnectError(f"TLS settings from the environment ($SYNCMGR_TLS_*): {e}") from e
-            _env_tls[vals] = ctx
-        return ctx
-
-
 def normalize_address(address: Any) -> str:
     """A daemon address as a string that means the same in any process.
 
@@ -162,149 +138,6 @@ def normalize_address(address: Any) -> str:
     if address.startswith("unix://"):
         return "unix://" + os.path.abspath(address[len("unix://"):])
     return os.path.abspath(address) if address else address
-
-
-def key_from_env() -> bytes:
-    """The authkey from $SYNCMGR_AUTHKEY (hex), else the file named by $SYNCMGR_AUTHKEY_FILE."""
-    return key_and_source_from_env()[0]
-
-
-def key_and_source_from_env() -> tuple[bytes, str]:
-    """key_from_env, with words for where the key came from (for errors)."""
-    hexkey = os.environ.get("SYNCMGR_AUTHKEY")
-    kfile = os.environ.get("SYNCMGR_AUTHKEY_FILE")
-    if hexkey is not None:
-        source = "$SYNCMGR_AUTHKEY"
-        if kfile:
-            source += f" ($SYNCMGR_AUTHKEY_FILE={kfile} is set too, and ignored while $SYNCMGR_AUTHKEY is set)"
-    elif kfile:
-        source = f"the file {kfile} named by $SYNCMGR_AUTHKEY_FILE"
-        try:
-            with open(kfile) as f:
-                hexkey = f.read()
-        except OSError as e:
-            raise exc.AuthenticationError(f"cannot read the authkey file named by SYNCMGR_AUTHKEY_FILE: {e}") from None
-    else:
-        raise exc.AuthenticationError(
-            "no syncmgr authkey: set SYNCMGR_AUTHKEY (hex) or SYNCMGR_AUTHKEY_FILE in this process's environment "
-            "(with Ray: ray.init(runtime_env=manager.runtime_env()))"
-        )
-    try:
-        key = bytes.fromhex(hexkey.strip())
-    except ValueError:
-        raise exc.AuthenticationError(
-            f"the syncmgr authkey in {source} is not hex (make one with `syncmgr keygen`)") from None
-    if not key:
-        raise exc.AuthenticationError(f"the syncmgr authkey in {source} is empty")
-    return key, source
-
-
-_HEX_DIGITS = frozenset(b"0123456789abcdefABCDEF")
-
-
-def coerce_key(key: Any) -> bytes:
-    """An authkey as given to connect() or Manager(): bytes are the key
-    itself; a str is the key in hex, as ``syncmgr keygen`` prints it and
-    $SYNCMGR_AUTHKEY holds it."""
-    if isinstance(key, (bytes, bytearray, memoryview)):
-        b = bytes(key)
-    elif isinstance(key, str):
-        try:
-            b = bytes.fromhex(key.strip())
-        except ValueError:
-            raise ValueError(
-                "an authkey given as a str must be hex, as `syncmgr keygen` prints it; pass raw key bytes as bytes"
-            ) from None
-    else:
-        raise TypeError(
-            "an authkey is bytes (the key itself) or a str of hex (as `syncmgr keygen` prints it), "
-            f"not {type(key).__name__}"
-        )
-    if not b:
-        raise ValueError("the syncmgr authkey is empty")
-    return b
-
-
-def looks_like_hex_text(key: bytes) -> bool:
-    """Whether key is hex digits as text (b"3fa9..."): most likely the
-    output of `syncmgr keygen` passed as bytes, where the key's own bytes
-    (bytes.fromhex) or the str were meant."""
-    return len(key) >= 32 and len(key) % 2 == 0 and all(c in _HEX_DIGITS for c in key)
-
-
-def _same_address(a: str, b: str) -> bool:
-    def norm(x: str) -> str:
-        x = x[len("unix://"):] if x.startswith("unix://") else x
-        return x if x.startswith("tcp://") else os.path.abspath(x)
-    return norm(a) == norm(b)
-
-
-def key_file_beside(address: str) -> Optional[bytes]:
-    """The key in the 0600 ``syncmgr.key`` beside a Unix socket (written by an
-    embedded daemon's manager), or None (see read_key_file)."""
-    if address.startswith("tcp://"):
-        return None
-    path = address[len("unix://"):] if address.startswith("unix://") else address
-    return read_key_file(os.path.join(os.path.dirname(os.path.abspath(path)), "syncmgr.key"))
-
-
-def read_key_file(kpath: str) -> Optional[bytes]:
-    """The hex key in the file kpath, or None. The file must be a regular
-    file of this uid, readable by nobody else, and is opened without
-    following a symlink."""
-    try:
-        fd = os.open(kpath, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
-            _log.warning("ignoring %s: not a regular file of this user with mode 0600", kpath)
-            return None
-        data = os.read(fd, 4096)
-    finally:
-        os.close(fd)
-    try:
-        key = bytes.fromhex(data.decode().strip())
-    except ValueError:
-        return None
-    return key or None
-
-
-def key_for(address: str) -> bytes:
-    """The authkey for the daemon at address, when none was given (see
-    key_and_source_for)."""
-    return key_and_source_for(address)[0]
-
-
-def key_and_source_for(address: str) -> tuple[bytes, str]:
-    """The authkey for the daemon at address, when none was given, and
-    words for where it came from.
-
-    In order: the environment's key ($SYNCMGR_AUTHKEY or
-    $SYNCMGR_AUTHKEY_FILE) when $SYNCMGR_ADDRESS is unset or names this
-    address; the key file beside the socket of an embedded daemon; the
-    environment's key anyway; else, when no daemon answers at the address,
-    the ConnectError that says so (the missing daemon is the first thing to
-    fix), and otherwise an AuthenticationError that names the variables to
-    set. So a child finds the key of the daemon its proxy names, whichever
-    manager started first, and whether or not its environment was inherited
-    (forkserver).
-    """
-    env_addr = os.environ.get("SYNCMGR_ADDRESS")
-    have_env = "SYNCMGR_AUTHKEY" in os.environ or "SYNCMGR_AUTHKEY_FILE" in os.environ
-    if have_env and (not env_addr or _same_address(env_addr, address)):
-        return key_and_source_from_env()
-    key = key_file_beside(address)
-    if key is not None:
-        return key, "the syncmgr.key file beside the socket"
-    if have_env:
-        return key_and_source_from_env()
-    _connect(address, None).close()  # no daemon there: say that first
-    raise exc.AuthenticationError(
-        f"no syncmgr authkey for {address}: set SYNCMGR_AUTHKEY (hex) or SYNCMGR_AUTHKEY_FILE in this process's "
-        "environment, or pass the key to connect() (with Ray: ray.init(runtime_env=manager.runtime_env()))"
-    )
 
 
 class Route:
@@ -655,32 +488,6 @@ def _check_server_uid(sock: socket.socket, address: str) -> None:
         raise exc.ConnectError(
             f"the syncmgr socket at {address} belongs to a process of uid {uid}, not ours ({os.geteuid()}): refusing "
             "to talk to it (set SYNCMGR_SERVER_UID to that uid if the daemon is shared on purpose)"
-        )
-
-
-def pinned_tls_context() -> ssl.SSLContext:
-    """A TLS client context for a daemon whose certificate is checked by its
-    pinned SHA-256 (check_pin) rather than by a CA: the daemon made the
-    certificate itself, and the client learnt its fingerprint through a
-    channel it trusts (Ray, for syncmgr.ray)."""
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.check_hostname = False
-    ctx.verify_mode = ssl.CERT_NONE  # the pin is the check: see check_pin
-    return ctx
-
-
-def check_pin(sock: ssl.SSLSocket, pin: str, address: str, peer: str = "") -> None:
-    """Refuse a TLS peer whose certificate is not the pinned one, before a
-    byte of the syncmgr handshake is sent."""
-    der = sock.getpeercert(binary_form=True) or b""
-    got = hashlib.sha256(der).hexdigest()
-    if not hmac.compare_digest(got, pin.lower()):
-        raise exc.ConnectError(
-            f"the TLS certificate of syncmgr at {address}{f' ({peer})' if peer else ''} is not the one pinned for it "
-            f"(sha256 {got[:16]}..., "
-            f"expected {pin[:16]}...): another process answers at that address (a man in the middle, or the node's "
-            "daemon was replaced); nothing was sent to it"
         )
 
 

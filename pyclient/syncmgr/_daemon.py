@@ -11,7 +11,7 @@ their daemons through :class:`PrivateDaemon`:
 * the key is also written, mode 0600, to ``syncmgr.key`` beside the socket,
   so that a process that was not given the key in its environment (a child
   of a forkserver started before the manager, a child of a second manager)
-  finds the key of the daemon its proxy names (``_connection.key_for``);
+  finds the key of the daemon its proxy names (``_keys.key_for``);
   the file adds no exposure the socket does not already have: both are in
   the same 0700 directory;
 * the daemon's log lines go to ``daemon.log`` in that directory and, from

@@ -17,18 +17,10 @@ from . import _containers, _fast
 from . import _proxies as px
 from . import exceptions as exc
 from . import shared_memory as shm
-from ._connection import (
-    TLS_ENV,
-    Client,
-    coerce_key,
-    default_address,
-    get_client,
-    key_for,
-    normalize_address,
-    read_key_file,
-    set_label,
-)
+from ._connection import Client, default_address, get_client, normalize_address, set_label
 from ._daemon import KEY_FILE, PrivateDaemon, find_binary, private_dir, write_key_file
+from ._keys import coerce_key, key_for, read_key_file
+from ._tls import TLS_ENV
 
 __all__ = ["Manager", "connect", "find_binary"]
 

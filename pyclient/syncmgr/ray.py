@@ -54,9 +54,11 @@ import time
 from typing import Any, Optional
 
 from . import exceptions as exc
-from ._connection import Route, pinned_tls_context, read_key_file
+from ._connection import Route
 from ._daemon import KEY_FILE, SOCKET_FILE, PrivateDaemon, write_key_file
+from ._keys import read_key_file
 from ._manager import Manager, connect
+from ._tls import pinned_tls_context
 
 __all__ = ["Cluster", "attach", "route", "start"]
 

@@ -160,7 +160,7 @@ def test_key_file_is_private_and_checked(tmp_path, monkeypatch):
     key = tmp_path / "syncmgr.key"
     key.write_text("00" * 32)
     os.chmod(key, 0o644)
-    from syncmgr._connection import key_file_beside
+    from syncmgr._keys import key_file_beside
     assert key_file_beside(str(sock)) is None
     os.chmod(key, 0o600)
     assert key_file_beside(str(sock)) == b"\x00" * 32
