@@ -39,6 +39,7 @@ fuzz:
 	$(GO) test ./wire -run '^$$' -fuzz '^FuzzReadFrame$$' -fuzztime $(FUZZN)x
 	$(GO) test ./auth -run '^$$' -fuzz '^FuzzServerHandshake$$' -fuzztime $$(( $(FUZZN) / 10 ))x
 	$(GO) test ./proxy -run '^$$' -fuzz '^FuzzDecodeValue$$' -fuzztime $$(( $(FUZZN) / 10 ))x
+	$(GO) test ./manager -run '^$$' -fuzz '^FuzzQueueBatch$$' -fuzztime $$(( $(FUZZN) / 25 ))x
 
 lint-py: venv
 	$(VENV)/bin/ruff check pyclient tests/python tests/outside tests/wheel examples bench

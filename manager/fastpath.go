@@ -30,6 +30,7 @@ type fastPath struct {
 	queues   map[*Queue]*queueRing
 	// perObject is the byte limit per object (a ring's inline limit).
 	perObject int64
+	maxItem   int64  // Config.MaxItemBytes
 	ringBytes uint64 // each Queue ring's data capacity
 }
 
@@ -49,7 +50,7 @@ func (m *Manager) EnableFastPath(seg *statemem.Segment) {
 	defer m.mu.Unlock()
 	m.fast = &fastPath{seg: seg, byOff: make(map[uint32]Object), refs: make(map[Object]statemem.Ref), attached: make(map[Slot]*Session),
 		stop: make(chan struct{}), stopped: make(chan struct{}),
-		perObject: m.cfg.MaxObjectBytes, ringBytes: queueRingBytes(m.cfg.QueueRingBytes)}
+		perObject: m.cfg.MaxObjectBytes, maxItem: m.cfg.MaxItemBytes, ringBytes: queueRingBytes(m.cfg.QueueRingBytes)}
 	allocWaitTable(seg)
 	go m.sweeper(m.fast)
 }

@@ -27,6 +27,7 @@ type Grant struct {
 	sess   *Session
 	tid    int64
 	item   []byte
+	items  [][]byte // a Queue get_many's items, in order
 	index  int64
 	ok     bool
 	action bool
@@ -43,6 +44,9 @@ func (g Grant) OK() bool { return g.ok }
 
 // Item returns the item a Queue get took.
 func (g Grant) Item() []byte { return g.item }
+
+// Items returns the items a Queue get_many took, in order.
+func (g Grant) Items() [][]byte { return g.items }
 
 // Index returns a Barrier party's index.
 func (g Grant) Index() int64 { return g.index }

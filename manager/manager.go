@@ -82,6 +82,12 @@ type Config struct {
 	// path (a power of two; 0: DefaultQueueRingBytes); an item of more than
 	// a quarter of it is kept by the daemon.
 	QueueRingBytes int64
+	// MaxItemBytes caps the items a Queue's ring takes from clients by
+	// themselves (0: no cap beyond the ring's): the daemon sets it below its
+	// frame limit, so that every item in a ring can be carried to a socket
+	// client, and a larger item goes through the daemon, whose frame limit
+	// refuses it at put.
+	MaxItemBytes int64
 	// OnHoldEnd, when set, is called each time a session stops holding an
 	// object (its last unit of it released), with the object's mutex held:
 	// it must not block or call into the manager.

@@ -232,7 +232,15 @@ func (q *Queue) GetGrant(ctx context.Context, block bool, timeout time.Duration)
 	return Grant{obj: q, item: item, ok: true}, nil
 }
 
-func (q *Queue) undo(g *Grant) { _ = q.UngetBy(g.item, g.sess) }
+func (q *Queue) undo(g *Grant) {
+	if g.items == nil {
+		_ = q.UngetBy(g.item, g.sess)
+		return
+	}
+	for i := len(g.items) - 1; i >= 0; i-- { // each goes to the front: the last first
+		_ = q.UngetBy(g.items[i], g.sess)
+	}
+}
 
 func (q *Queue) get(ctx context.Context, block bool, timeout time.Duration) ([]byte, error) {
 	if q.ring != nil {
@@ -278,14 +286,35 @@ func (q *Queue) handToGetter(item []byte) bool {
 	return true
 }
 
-// admitPutter moves the first waiting putter's item into the queue.
+// admitPutter moves the waiting putters' items into the queue, first come
+// first served, while the first one's fit (a put_many's all together).
 func (q *Queue) admitPutter() {
-	if w := q.putters.front(); w != nil && !q.full() {
-		q.pushBack(w.item)
-		w.item = nil
+	for w := q.putters.front(); w != nil; w = q.putters.front() {
+		if w.items == nil {
+			if q.full() {
+				return
+			}
+			q.pushBack(w.item)
+			w.item = nil
+			q.accepted()
+		} else {
+			if !q.roomFor(len(w.items)) {
+				return
+			}
+			for _, it := range w.items {
+				q.pushBack(it)
+				q.accepted()
+			}
+			w.items = nil
+		}
 		q.putters.grant(w)
-		q.accepted()
 	}
+}
+
+// roomFor reports whether n more items fit under maxsize (a queue without
+// a ring; under q.mu).
+func (q *Queue) roomFor(n int) bool {
+	return q.maxsize <= 0 || int64(q.items.Len()+n) <= q.maxsize
 }
 
 // Unget puts an item back at the front, ignoring maxsize. It is the undo

@@ -24,7 +24,7 @@ import (
 // under q.mu and the latch; a client's under the latch, with a journal the
 // daemon finishes when the client dies mid-op (statemem.Ring.repair).
 
-// Owe records that s got g's item from a JoinableQueue (nothing for a
+// Owe records that s got g's item (or items) from a JoinableQueue (nothing for a
 // Queue, a failed get or no session). Undoing g takes the debt back.
 func (q *Queue) Owe(g *Grant, s *Session) {
 	if !q.joinable || !g.ok || s == nil || g.obj == nil {
@@ -44,10 +44,14 @@ func (q *Queue) Owe(g *Grant, s *Session) {
 		}
 		q.owed[s] = 0
 	}
+	n := int64(1)
+	if g.items != nil {
+		n = int64(len(g.items))
+	}
 	if q.ring != nil {
-		q.ringOwe(s, 1)
+		q.ringOwe(s, n)
 	} else {
-		q.owed[s]++
+		q.owed[s] += n
 	}
 	g.sess = s
 }

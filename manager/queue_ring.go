@@ -110,6 +110,9 @@ func (f *fastPath) bindQueue(q *Queue, perObject int64) {
 		}
 		inline = uint64(perObject - ItemOverhead)
 	}
+	if f.maxItem > 0 && uint64(f.maxItem) < inline {
+		inline = uint64(f.maxItem) // every ring item fits a reply frame
+	}
 	maxsize := uint64(0)
 	if q.maxsize > 0 {
 		maxsize = uint64(q.maxsize)
@@ -551,14 +554,25 @@ func (qr *queueRing) refillFromOver() bool {
 // changes, until the deadline. A waiting putter's item counts against the
 // byte limits while it waits, as on a queue without a ring.
 func (q *Queue) ringPut(ctx context.Context, item []byte, block bool, timeout time.Duration) error {
-	if q.lim != nil && q.lim.perObject > 0 && ItemCost(item) > q.lim.perObject {
-		return q.lim.charge(0, ItemCost(item)) // the per-object limit's error
+	return q.ringPutItems(ctx, [][]byte{item}, block, timeout)
+}
+
+// ringPutItems puts items, all together (adjacent and in order) or none
+// (a batch of more than one: ringTryPutMany).
+func (q *Queue) ringPutItems(ctx context.Context, items [][]byte, block bool, timeout time.Duration) error {
+	cost := itemsCost(items)
+	if q.lim != nil && q.lim.perObject > 0 && cost > q.lim.perObject {
+		return q.lim.charge(0, cost) // the per-object limit's error
+	}
+	try := q.ringTryPutMany
+	if len(items) == 1 {
+		try = func(items [][]byte) (bool, error) { return q.ringTryPut(items[0]) }
 	}
 	var deadline time.Time
 	if timeout > 0 {
 		deadline = time.Now().Add(timeout)
 	}
-	cost, waiting := ItemCost(item), false
+	waiting := false
 	defer func() {
 		if waiting {
 			q.mu.Lock()
@@ -576,11 +590,11 @@ func (q *Queue) ringPut(ctx context.Context, item []byte, block bool, timeout ti
 		}
 		qr := q.ring
 		seen := qr.r.Seq()
-		if waiting { // the item's own charge is made by the put, if the daemon keeps it
+		if waiting { // the items' own charge is made by the put, for those the daemon keeps
 			q.uncharge(cost)
 			waiting = false
 		}
-		ok, err := q.ringTryPut(item)
+		ok, err := try(items)
 		if !ok && err == nil && block && timeout != 0 {
 			if err = q.ringCharge(cost); err == nil {
 				waiting = true

@@ -18,8 +18,9 @@ type waiter struct {
 	err   error         // set when failed
 	sess  *Session
 	tid   int64
-	item  []byte // queue item: to put (putter) or got (getter)
-	n     int64  // barrier: the party's index
+	item  []byte   // queue item: to put (putter) or got (getter)
+	items [][]byte // queue batch to put (a put_many putter; item is nil)
+	n     int64    // barrier: the party's index
 }
 
 func newWaiter(s *Session, tid int64) *waiter {

@@ -71,6 +71,85 @@ func (q *Queue) TryGet(ctx context.Context) (any, error) {
 	return q.decode(res, err)
 }
 
+// PutMany appends items, all together (adjacent and in order) or none,
+// in one request, waiting for room for all of them until ctx ends (ErrFull
+// on a deadline). A batch larger than the queue's maxsize fails at once
+// with a wire.CodeValueError error. It goes through the daemon also when
+// the queue is on the fast path: the daemon serves the ring under its
+// latch, so the FIFO stays one.
+func (q *Queue) PutMany(ctx context.Context, items []any) error {
+	return q.putMany(ctx, items, timeoutArgs(ctx))
+}
+
+// TryPutMany is PutMany without waiting: ErrFull when the batch does not
+// fit now.
+func (q *Queue) TryPutMany(ctx context.Context, items []any) error {
+	return q.putMany(ctx, items, []any{wire.ArgBlock, false})
+}
+
+func (q *Queue) putMany(ctx context.Context, items []any, wait []any) error {
+	bins := make([][]byte, len(items))
+	for i, it := range items {
+		b, err := EncodeValue(it)
+		if err != nil {
+			return err // nothing sent
+		}
+		bins[i] = b
+	}
+	if len(bins) == 0 {
+		return nil
+	}
+	raw, err := wire.Marshal(bins)
+	if err != nil {
+		return err
+	}
+	_, err = q.call(ctx, wire.OpPutMany, nil, append([]any{wire.ArgItems, raw}, wait...)...)
+	return err
+}
+
+// GetMany removes the first item, waiting for one until ctx ends (ErrEmpty
+// on a deadline), then as many more as the queue holds at once, up to max,
+// in one request; the items come decoded, in order. If any does not decode
+// they all go back to the front of the queue and the error costs nothing.
+func (q *Queue) GetMany(ctx context.Context, max int) ([]any, error) {
+	return q.getMany(ctx, max, timeoutArgs(ctx))
+}
+
+// TryGetMany is GetMany without waiting: ErrEmpty when the queue is empty.
+func (q *Queue) TryGetMany(ctx context.Context, max int) ([]any, error) {
+	return q.getMany(ctx, max, []any{wire.ArgBlock, false})
+}
+
+func (q *Queue) getMany(ctx context.Context, max int, wait []any) ([]any, error) {
+	if max < 1 {
+		return nil, wire.Errorf(wire.CodeValueError, "GetMany takes at least 1 item, not %d", max)
+	}
+	res, err := q.call(ctx, wire.OpGetMany, q.undoGetMany, append([]any{wire.ArgN, max}, wait...)...)
+	if err != nil {
+		return nil, err
+	}
+	raw, _ := res.([]any)
+	out := make([]any, len(raw))
+	for i, r := range raw {
+		b, _ := r.([]byte)
+		v, err := DecodeValue(b)
+		if err != nil {
+			q.undoGetMany(res)
+			return nil, err
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+// undoGetMany puts a get_many's items back at the front, in order.
+func (q *Queue) undoGetMany(res any) {
+	raw, _ := res.([]any)
+	for i := len(raw) - 1; i >= 0; i-- {
+		q.undoGet(raw[i])
+	}
+}
+
 // decode decodes a got item; an item that does not decode goes back to the
 // front of the queue, so that the error costs nothing.
 func (q *Queue) decode(res any, err error) (any, error) {

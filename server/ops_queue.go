@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 
 	"github.com/syncmgr/syncmgr/manager"
@@ -12,6 +13,8 @@ func queueOps(t *opTable) {
 	const f = "queue"
 	t.objectOp(f, queueKinds, wire.OpPut, nil, opPut)
 	t.objectOp(f, queueKinds, wire.OpGet, nil, opGet)
+	t.objectOp(f, queueKinds, wire.OpPutMany, nil, opPutMany)
+	t.objectOp(f, queueKinds, wire.OpGetMany, nil, opGetMany)
 	t.objectOp(f, queueKinds, wire.OpUnget, withObj(func(c *conn, q *manager.Queue, a wire.Args) (any, error) {
 		item, err := a.Bytes(wire.ArgItem)
 		if err != nil {
@@ -90,5 +93,80 @@ func opJoin(c *conn, id uint64, a wire.Args) (any, manager.Grant, error) {
 	return nil, manager.Grant{}, c.park(id, func(ctx context.Context) (any, manager.Grant, error) {
 		ok, err := q.Join(ctx, timeout)
 		return ok, manager.Grant{}, err
+	})
+}
+
+// opPutMany: ArgItems is a msgpack array of bins, stored all together or
+// not at all (manager.Queue.PutManyGrant).
+func opPutMany(c *conn, id uint64, a wire.Args) (any, manager.Grant, error) {
+	q, err := lookup[*manager.Queue](c, a)
+	if err != nil {
+		return nil, manager.Grant{}, err
+	}
+	raw, err := a.Bytes(wire.ArgItems)
+	if err != nil {
+		return nil, manager.Grant{}, err
+	}
+	items, err := wire.BinTuples(raw, 1)
+	if err != nil {
+		return nil, manager.Grant{}, wire.Errorf(wire.CodeBadRequest, "items must be a msgpack array of bins: %v", err)
+	}
+	// Small items are copied out of the frame, so that an item kept long
+	// does not keep its whole batch's frame alive; large ones stay views
+	// of it, as a single put's item does.
+	for i, it := range items {
+		if len(it) < manager.SocketKeepMin {
+			items[i] = bytes.Clone(it)
+		}
+	}
+	block, timeout, err := blocking(a)
+	if err != nil {
+		return nil, manager.Grant{}, err
+	}
+	g, err := q.PutManyGrant(c.ctx, items, false, 0)
+	if err != manager.ErrFull || !block || timeout == 0 {
+		return nil, g, err
+	}
+	return nil, manager.Grant{}, c.park(id, func(ctx context.Context) (any, manager.Grant, error) {
+		g, err := q.PutManyGrant(ctx, items, true, timeout)
+		return nil, g, err
+	})
+}
+
+// opGetMany: up to ArgN items (at least one) in one reply, a list of bins
+// that fits one frame.
+func opGetMany(c *conn, id uint64, a wire.Args) (any, manager.Grant, error) {
+	q, err := lookup[*manager.Queue](c, a)
+	if err != nil {
+		return nil, manager.Grant{}, err
+	}
+	n, err := a.Int(wire.ArgN, 1)
+	if err != nil {
+		return nil, manager.Grant{}, err
+	}
+	if n < 1 {
+		return nil, manager.Grant{}, wire.Errorf(wire.CodeValueError, "get_many takes at least 1 item, not %d", n)
+	}
+	block, timeout, err := blocking(a)
+	if err != nil {
+		return nil, manager.Grant{}, err
+	}
+	max := int(min(n, 1<<20))
+	budget := int64(c.srv.cfg.MaxFrame) - 64 // the reply's envelope is under 64 bytes
+	reply := func(g manager.Grant) any {
+		if items := g.Items(); items != nil {
+			return items
+		}
+		return nil
+	}
+	g, err := q.GetManyGrant(c.ctx, max, budget, false, 0)
+	if err != manager.ErrEmpty || !block || timeout == 0 {
+		q.Owe(&g, c.sess)
+		return reply(g), g, err
+	}
+	return nil, manager.Grant{}, c.park(id, func(ctx context.Context) (any, manager.Grant, error) {
+		g, err := q.GetManyGrant(ctx, max, budget, true, timeout)
+		q.Owe(&g, c.sess)
+		return reply(g), g, err
 	})
 }

@@ -63,11 +63,15 @@ const (
 	OpAdd = "add"
 	OpCAS = "cas"
 	// Queue, JoinableQueue.
-	OpPut   = "put"
-	OpUnget = "unget"
-	OpQsize = "qsize"
-	OpEmpty = "empty"
-	OpFull  = "full"
+	OpPut = "put"
+	// OpPutMany: the items (ArgItems) all together, adjacent and in order,
+	// or none; OpGetMany: at least one item, at most ArgN, in one reply.
+	OpPutMany = "put_many"
+	OpGetMany = "get_many"
+	OpUnget   = "unget"
+	OpQsize   = "qsize"
+	OpEmpty   = "empty"
+	OpFull    = "full"
 	// JoinableQueue.
 	OpTaskDone   = "task_done"
 	OpUnfinished = "unfinished"

@@ -234,7 +234,8 @@ func runServe(ctx context.Context, args []string) error {
 		defer shm.Close() // a graceful stop unlinks every segment
 	}
 	mcfg := manager.Config{ShareGrace: *shareGrace, MaxObjectsPerSession: *maxPerClient, MaxObjects: *maxObjects, MaxQueue: *maxQueue,
-		MaxObjectBytes: *maxObjBytes, MaxBytes: *maxBytes, QueueRingBytes: *ringBytes}
+		MaxObjectBytes: *maxObjBytes, MaxBytes: *maxBytes, QueueRingBytes: *ringBytes,
+		MaxItemBytes: int64(*maxFrame) - 64} // a ring's items all fit a reply (the envelope is under 64 bytes)
 	mcfg.OnHoldEnd = holdEnds(log, mtr)
 	mgr := manager.New(mcfg)
 	if *fastDir != "none" {

@@ -533,77 +533,203 @@ static PyObject *ring_put_item(Ring *r, PyObject *const *args, Py_ssize_t nargs)
     return new_ref(res == RES_NONE ? Q_NONE : Q_DAEMON);
 }
 
-/* put_many(items) -> how many of the first items went in: all, or up to
- * the first that does not fit, is too large, or is neither a bytearray
- * (an item Python encoded) nor a plain scalar the extension encodes. One
- * latch and one commit for all. None: the daemon's (flag, or a corrupt
- * ring). */
+/* The tail word after a record of n payload bytes written at tail, placed
+ * as ring_writev places it (hp: the head's position). */
+static uint64_t ring_next_tail(Ring *r, uint64_t tail, uint64_t hp, uint64_t n) {
+    uint64_t tp = tail & POS_MASK, tn = tail >> POS_BITS;
+    uint64_t idx = tp & (r->cap - 1), need = REC_HEADER + pad8(n), adv = need, used = (tp - hp) & POS_MASK;
+    if (idx + need > r->cap || (idx >= RING_HOT && 2 * (used + need) <= idx))
+        adv += r->cap - idx;
+    return ((tp + adv) & POS_MASK) | (((tn + 1) & COUNT_MASK) << POS_BITS);
+}
+
+/* One put_many item's encoding: a bytearray Python encoded, a plain
+ * scalar the extension encodes into hdr (its body stays in the object), or
+ * a list of buffers to gather (an item with large buffers: parts). */
+typedef struct {
+    unsigned char hdr[16];
+    const void *a, *b;
+    uint64_t na, nb;
+    Part *parts; /* non-NULL: the item is these nparts pieces, na bytes in all */
+    int nparts;
+} BatchItem;
+
+/* The buffers of put_many's list items, exported for the whole call (their
+ * owners cannot resize or free them meanwhile). */
+typedef struct {
+    Py_buffer *bufs;
+    Part *parts;
+    Py_ssize_t n;
+} BatchBufs;
+
+static void batch_bufs_release(BatchBufs *bb) {
+    for (Py_ssize_t i = 0; i < bb->n; i++)
+        PyBuffer_Release(&bb->bufs[i]);
+    PyMem_Free(bb->bufs);
+    PyMem_Free(bb->parts);
+}
+
+/* Exports the buffers of every list item and points its BatchItem at them.
+ * -1: an error (what was exported is released by the caller). */
+static int batch_bufs_get(PyObject **items, Py_ssize_t n, BatchItem *bi, BatchBufs *bb) {
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        bi[i].parts = NULL;
+        bi[i].nparts = 0;
+        if (PyList_CheckExact(items[i])) {
+            Py_ssize_t np = PyList_GET_SIZE(items[i]);
+            if (np < 1 || np > MAX_PARTS) {
+                PyErr_Format(PyExc_ValueError, "a put_many item of pieces takes 1 to %d buffers", MAX_PARTS);
+                return -1;
+            }
+            total += np;
+        }
+    }
+    if (total == 0)
+        return 0;
+    bb->bufs = PyMem_Calloc((size_t)total, sizeof(Py_buffer));
+    bb->parts = PyMem_Calloc((size_t)total, sizeof(Part));
+    if (bb->bufs == NULL || bb->parts == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!PyList_CheckExact(items[i]))
+            continue;
+        Py_ssize_t np = PyList_GET_SIZE(items[i]);
+        bi[i].parts = &bb->parts[bb->n];
+        bi[i].nparts = (int)np;
+        bi[i].na = 0;
+        for (Py_ssize_t j = 0; j < np; j++) {
+            Py_buffer *b = &bb->bufs[bb->n];
+            if (PyObject_GetBuffer(PyList_GET_ITEM(items[i], j), b, PyBUF_SIMPLE) < 0)
+                return -1;
+            bb->parts[bb->n].p = b->buf;
+            bb->parts[bb->n].n = (uint64_t)b->len;
+            bi[i].na += (uint64_t)b->len;
+            bb->n++;
+        }
+        bi[i].nb = 0;
+    }
+    return 0;
+}
+
+/* Encodes items[0..n) into bi (under the latch: a bytearray's buffer is
+ * read where it is now). 1: all encoded and each fits the ring's inline
+ * limit; 0: one is too large or not encodable here (the daemon takes the
+ * batch); -1: an encoding error. */
+static int batch_encode(Ring *r, PyObject **items, Py_ssize_t n, BatchItem *bi) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *it = items[i];
+        BatchItem *x = &bi[i];
+        if (x->parts != NULL) { /* exported by batch_bufs_get */
+        } else if (PyByteArray_CheckExact(it)) {
+            x->a = PyByteArray_AS_STRING(it);
+            x->na = (uint64_t)PyByteArray_GET_SIZE(it);
+            x->b = NULL;
+            x->nb = 0;
+        } else {
+            int e = encode_scalar(it, x->hdr, &x->na, &x->b, &x->nb);
+            if (e <= 0)
+                return e;
+            x->a = x->hdr;
+        }
+        if (x->na + x->nb > r->inline_max)
+            return 0;
+    }
+    return 1;
+}
+
+/* put_many(items, timeout) -> OK | BUSY (no room for all of them at the
+ * deadline) | DAEMON: every item (a bytearray Python encoded, a plain
+ * scalar, or a list of buffers to gather: an item with large buffers) goes in, adjacent and in order, under one latch and one commit,
+ * or none does. DAEMON, with nothing stored: the daemon's flags, an item
+ * over the inline limit or not encodable here, a batch of more than half
+ * the ring's bytes or more items than maxsize (the daemon's put_many takes
+ * those), or a corrupt ring. While there is no room for all it waits, as
+ * put does. */
 static PyObject *ring_put_many(Ring *r, PyObject *const *args, Py_ssize_t nargs) {
-    NARGS(1, "put_many");
+    NARGS(2, "put_many");
+    double timeout;
+    if (get_timeout(args[1], &timeout) < 0)
+        return NULL;
     PyObject *seq = PySequence_Fast(args[0], "put_many takes a sequence");
     if (seq == NULL)
         return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), done = 0;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     PyObject **items = PySequence_Fast_ITEMS(seq);
-    int b0 = op_begin(r);
-    if (b0 != 0) {
+    BatchItem *bi = n > 0 ? PyMem_Malloc((size_t)n * sizeof(BatchItem)) : NULL;
+    int res = RES_OK;
+    Wait wt = {.started = 0};
+    BatchBufs bb = {NULL, NULL, 0};
+    if (n > 0 && bi == NULL) {
         Py_DECREF(seq);
-        if (b0 < 0)
-            return NULL;
-        Py_RETURN_NONE;
+        return PyErr_NoMemory();
     }
-    STEP(1);
-    uint64_t t = LOAD(W64(r, R_TAIL)), head = LOAD(W64(r, R_HEAD));
-    uint64_t hp = head & POS_MASK, hn = head >> POS_BITS;
-    for (; done < n; done++) {
-        unsigned char hdr[16];
-        uint64_t nh, nb;
-        const void *a, *b;
-        PyObject *it = items[done];
-        if (PyByteArray_CheckExact(it)) {
-            a = PyByteArray_AS_STRING(it);
-            nh = (uint64_t)PyByteArray_GET_SIZE(it);
-            b = NULL;
-            nb = 0;
-        } else {
-            int e = encode_scalar(it, hdr, &nh, &b, &nb);
-            if (e < 0) { /* nothing committed */
-                latch_free(r, 0);
-                Py_DECREF(seq);
-                return NULL;
-            }
-            if (e == 0)
-                break;
-            a = hdr;
-        }
-        uint64_t len = nh + nb;
-        if (len > r->inline_max)
+    if (n > 0 && batch_bufs_get(items, n, bi, &bb) < 0)
+        res = -1;
+    if (res == RES_OK && r->maxsize && (uint64_t)n > r->maxsize)
+        res = RES_DAEMON;
+    while (n > 0 && res == RES_OK) {
+        if ((res = op_begin(r)) != 0)
             break;
-        uint64_t tp = t & POS_MASK, tn = t >> POS_BITS;
-        uint64_t used = (tp - hp) & POS_MASK, cnt = (tn - hn) & COUNT_MASK;
-        if (used > r->cap || tp % REC_HEADER || hp % REC_HEADER) {
+        STEP(1);
+        int e = batch_encode(r, items, n, bi);
+        if (e <= 0) {
             latch_free(r, 0);
-            Py_DECREF(seq);
-            Py_RETURN_NONE;
-        }
-        uint64_t idx = tp & (r->cap - 1), need = REC_HEADER + pad8(len);
-        if (idx + need > r->cap)
-            need += r->cap - idx;
-        if ((r->maxsize && cnt >= r->maxsize) || used + need > r->cap ||
-            (r->joinable && unfinished(r, t) >= MAX_UNFINISHED))
+            res = e < 0 ? -1 : RES_DAEMON;
             break;
-        t = ring_write2(r, t, a, nh, b, nb);
+        }
+        uint64_t t0 = LOAD(W64(r, R_TAIL)), head = LOAD(W64(r, R_HEAD)), t = t0;
+        uint64_t hp = head & POS_MASK, hn = head >> POS_BITS, tp0 = t0 & POS_MASK;
+        uint64_t used0 = (tp0 - hp) & POS_MASK, cnt = ((t0 >> POS_BITS) - hn) & COUNT_MASK, need = 0;
+        if (used0 > r->cap || tp0 % REC_HEADER || hp % REC_HEADER) {
+            latch_free(r, 0);
+            res = RES_DAEMON; /* the daemon finds the damage */
+            break;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            need += REC_HEADER + pad8(bi[i].na + bi[i].nb);
+            t = ring_next_tail(r, t, hp, bi[i].na + bi[i].nb);
+        }
+        if (need > r->cap / 2) { /* may never fit: the daemon's over takes it */
+            latch_free(r, 0);
+            res = RES_DAEMON;
+            break;
+        }
+        int room = (((t & POS_MASK) - hp) & POS_MASK) <= r->cap && (!r->maxsize || cnt + (uint64_t)n <= r->maxsize) &&
+                   (!r->joinable || unfinished(r, t0) + (uint64_t)n < MAX_UNFINISHED);
+        if (room) {
+            t = t0;
+            for (Py_ssize_t i = 0; i < n; i++)
+                t = bi[i].parts != NULL ? ring_writev(r, t, bi[i].parts, bi[i].nparts, bi[i].na, 0)
+                                        : ring_write2(r, t, bi[i].a, bi[i].na, bi[i].b, bi[i].nb);
+            STEP(2);
+            if (!latch_ours(r)) {
+                res = RES_DAEMON; /* taken over: nothing committed */
+                break;
+            }
+            STORE(W64(r, R_TAIL), t);
+            STEP(3);
+            latch_free(r, 1);
+            break; /* res is RES_OK */
+        }
+        if (timeout == 0) {
+            latch_free(r, 0);
+            res = RES_NONE;
+            break;
+        }
+        if (!wt.started)
+            wait_start(&wt, timeout);
+        uint32_t seen = register_wait(r, WAIT_PUT);
+        int sl = ring_sleep(r, seen, &wt);
+        if (sl != 1)
+            res = sl < 0 ? -1 : sl == 0 ? RES_NONE : RES_DAEMON;
     }
-    STEP(2);
-    if (!latch_ours(r)) { /* taken over: nothing committed */
-        Py_DECREF(seq);
-        Py_RETURN_NONE;
-    }
-    STORE(W64(r, R_TAIL), t);
-    STEP(3);
-    latch_free(r, done > 0);
+    batch_bufs_release(&bb);
+    PyMem_Free(bi);
     Py_DECREF(seq);
-    return PyLong_FromSsize_t(done);
+    return result(res);
 }
 
 /* The get loop: the head item, decoded when it is a plain scalar and
@@ -960,7 +1086,7 @@ static PyMethodDef ring_methods[] = {
     {"put_parts", (PyCFunction)(void (*)(void))ring_put_parts, METH_FASTCALL,
      "put_parts(buffers, timeout) -> OK | BUSY | DAEMON: one item, gathered from buffers"},
     {"put_many", (PyCFunction)(void (*)(void))ring_put_many, METH_FASTCALL,
-     "put_many(items: plain scalars or bytearrays of encoded items) -> how many went in, or None"},
+     "put_many(items: plain scalars or bytearrays of encoded items, timeout) -> OK | BUSY | DAEMON (all or none)"},
     {"get", (PyCFunction)(void (*)(void))ring_get, METH_FASTCALL, "get(timeout) -> bytes | BUSY | DAEMON"},
     {"put_item", (PyCFunction)(void (*)(void))ring_put_item, METH_FASTCALL,
      "put_item(item, timeout) -> None | QEMPTY (full) | QDAEMON | QENCODE"},

@@ -47,6 +47,7 @@ import msgpack
 
 from . import _connection, _values
 from . import exceptions as exc
+from ._args import check_count, queue_timeout
 from ._framing import encode_request
 
 if TYPE_CHECKING:
@@ -654,35 +655,12 @@ def _open_ring(fp: FastPath, kind: str, name: str) -> Any:
                 os.close(fd)
 
 
-class _Parts:
-    """An item with large buffers in a put_many batch: its pieces
-    (_values.dumps_parts), which the extension's batch stops at."""
-
-    __slots__ = ("parts",)
-
-    def __init__(self, parts: list[Any]) -> None:
-        self.parts = parts
-
-
 def _prepared(x: Any) -> Any:
     """A put_many item that is not a plain scalar, encoded (a pickling error
-    raises here, before anything is stored)."""
+    raises here, before anything is stored): a bytearray, or the list of its
+    pieces when it has large buffers (_values.dumps_parts)."""
     parts = _dumps_parts(x)
-    return bytearray(parts[0]) if len(parts) == 1 else _Parts(parts)
-
-
-def _queue_timeout(block: bool, timeout: Optional[float]) -> float:
-    """The ring's timeout (< 0: for ever) for queue-style arguments; invalid
-    ones raise as queue.Queue does, before anything is stored."""
-    if not block:
-        return 0.0
-    if timeout is None:
-        return -1.0
-    if type(timeout) is float and 0.0 <= timeout < 1e9:
-        return timeout
-    from ._proxies import _timeout_arg  # (a cycle at import time: _proxies imports this module)
-    t = _timeout_arg(True, timeout, minus_one_forever=False)
-    return -1.0 if t is None else t
+    return bytearray(parts[0]) if len(parts) == 1 else parts
 
 
 class _QueueHandle(_Handle):
@@ -734,7 +712,7 @@ class _QueueHandle(_Handle):
         return super().slow(method, *args)
 
     def put(self, item: Any, block: bool = True, timeout: Optional[float] = None) -> None:
-        t = -1.0 if block is True and timeout is None else _queue_timeout(block, timeout)
+        t = -1.0 if block is True and timeout is None else queue_timeout(block, timeout)
         if self.fp.ok or self.usable():
             # A plain scalar is encoded by the extension straight into the
             # ring; anything else here (a pickle refused before any latch).
@@ -767,7 +745,7 @@ class _QueueHandle(_Handle):
         self.put(item, False)
 
     def get(self, block: bool = True, timeout: Optional[float] = None) -> Any:
-        t = -1.0 if block is True and timeout is None else _queue_timeout(block, timeout)
+        t = -1.0 if block is True and timeout is None else queue_timeout(block, timeout)
         if self.fp.ok or self.usable():
             r = self.ring.get_item(t)
             if type(r) is bytearray:  # not a plain scalar: Python decodes it
@@ -782,40 +760,43 @@ class _QueueHandle(_Handle):
         return self.get(False)
 
     def put_many(self, items: Any, block: bool = True, timeout: Optional[float] = None) -> None:
-        """Put every item of items, in order (each put commits by itself;
-        the items the ring takes at once share one commit). Every item is
-        encoded (an unpicklable one refused) before any is stored."""
-        t = _queue_timeout(block, timeout)
+        """Put every item of items, all together (adjacent and in order) or
+        none. Every item is encoded (an unpicklable one refused) before any
+        is stored. The ring takes a batch of plain scalars and small items
+        under one latch and one commit; anything else (an item with large
+        buffers or over the ring's inline limit, a batch that may never fit
+        the ring, the daemon's flags) goes to the daemon as one put_many
+        request, which is just as atomic."""
         items = list(items)
+        if not items:
+            return
+        t = queue_timeout(block, timeout)
         # Plain scalars go as they are (the extension encodes them); the
-        # rest as a bytearray of their encoding, except items with large
-        # buffers (numpy arrays): the extension's batch stops at their
-        # pieces (_Parts), which go in by themselves, in one copy.
+        # rest as a bytearray of their encoding, or, for items with large
+        # buffers (numpy arrays), the list of its pieces, which the
+        # extension gathers straight into the record (one copy).
         prepared = [x if type(x) in _SCALARS else _prepared(x) for x in items]
         start = time.monotonic()
-        i = 0
-        while i < len(items) and (self.fp.ok or self.usable()):
-            n = self.ring.put_many(prepared[i:] if i else prepared)
-            if n is None:
-                break
-            i += n
-            if i < len(items):  # no room, too large, out of band or not encodable there: one put, then batch again
-                left = t if t <= 0 else max(0.0, t - (time.monotonic() - start))
-                x = prepared[i]
-                if type(x) is _Parts:
-                    self._put_parts(items[i], x.parts, left, block, None if left < 0 else left)
-                else:
-                    self.put(items[i], block, None if left < 0 else left)
-                i += 1
-        for x in items[i:]:
-            left_t = None if t < 0 else max(0.0, t - (time.monotonic() - start))
-            self.slow("put", x, block, left_t)
+        if self.fp.ok or self.usable():
+            r = self.ring.put_many(prepared, t)
+            if r == OK:
+                return
+            if r == BUSY:
+                raise exc.Full(_FULL)
+            if t > 0:  # DAEMON, nothing stored: the daemon gets what is left of the wait
+                t = max(0.0, t - (time.monotonic() - start))
+        parts = [x if type(x) is list else [x] if type(x) is bytearray else _dumps_parts(x) for x in prepared]
+        p = self.proxy()
+        if p is not None and p.__dict__.get("_fast") is self:  # not encoded twice
+            p._put_many_encoded(parts, block, None if t < 0 else t)  # type: ignore[attr-defined]
+            return
+        self.slow("put_many", items, block, None if t < 0 else t)
 
     def get_many(self, max_items: int = 1 << 30, block: bool = True, timeout: Optional[float] = None) -> list[Any]:
         """Get at least one item (waiting as get does) and then as many more
         as are there at once, up to max_items."""
-        _check_count(max_items)
-        t = _queue_timeout(block, timeout)
+        check_count(max_items)
+        t = queue_timeout(block, timeout)
         if self.fp.ok or self.usable():
             r = self.ring.get_many(max_items, t)
             if type(r) is list:
@@ -836,7 +817,7 @@ class _QueueHandle(_Handle):
     def join(self, timeout: Optional[float] = None) -> bool:
         """Wait until every item put has been marked done (timeout: extension,
         returns False on expiry)."""
-        t = _queue_timeout(True, timeout)
+        t = queue_timeout(True, timeout)
         if self.fp.ok or self.usable():
             r = self.ring.join(t)
             if r == OK:
@@ -877,9 +858,3 @@ _SCALARS = frozenset((type(None), bool, int, float, str, bytes))
 # The daemon's words for the same errors, so both paths read alike.
 _FULL, _EMPTY = "queue full", "queue empty"
 
-
-def _check_count(max_items: Any) -> None:
-    if isinstance(max_items, bool) or not isinstance(max_items, int):
-        raise TypeError("max_items must be an int")
-    if max_items < 1:
-        raise ValueError("max_items must be at least 1")

@@ -90,14 +90,32 @@ def encode_request(rid: int, op: str, args: dict[str, Any], blob_key: Optional[s
         parts.append(packb(k))
         parts.append(packb(v))
     parts.append(packb(blob_key))
-    if size < 256:
-        parts.append(b"\xc4" + bytes([size]))
-    elif size < 65536:
-        parts.append(b"\xc5" + struct.pack(">H", size))
-    else:
-        parts.append(b"\xc6" + struct.pack(">I", size))
+    parts.append(bin_header(size))
     prefix = b"".join(parts)
     return [HEADER.pack(len(prefix) + size) + prefix, *pieces]
+
+
+def bin_header(size: int) -> bytes:
+    """The MessagePack bin header of a bin of size bytes."""
+    if size < 256:
+        return b"\xc4" + bytes([size])
+    if size < 65536:
+        return b"\xc5" + struct.pack(">H", size)
+    return b"\xc6" + struct.pack(">I", size)
+
+
+def bin_array(items: list[list[Any]]) -> list[Any]:
+    """A MessagePack array of bins, one per item, each item given as the
+    pieces of its encoding (_values.dumps_parts), as a list of buffers to
+    concatenate: the items' large buffers are not copied (put_many's
+    ``items`` argument)."""
+    n = len(items)
+    out: list[Any] = [bytes([0x90 | n]) if n < 16 else b"\xdc" + struct.pack(">H", n) if n < 65536
+                      else b"\xdd" + struct.pack(">I", n)]
+    for pieces in items:
+        out.append(bin_header(sum(memoryview(b).nbytes for b in pieces)))
+        out.extend(pieces)
+    return out
 
 
 _UINT = {0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8}

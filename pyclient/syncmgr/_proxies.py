@@ -33,7 +33,9 @@ from typing import Any, Callable, ClassVar, Optional
 
 from . import _fast, _values
 from . import exceptions as exc
+from ._args import check_count, timeout_arg
 from ._connection import get_client
+from ._framing import bin_array
 from ._transport import Transport
 
 
@@ -165,22 +167,6 @@ _TYPEIDS = {"lock": "Lock", "rlock": "RLock", "semaphore": "Semaphore", "bounded
             "namespace": "Namespace"}
 
 
-def _timeout_arg(blocking: bool, timeout: Optional[float], *, minus_one_forever: bool) -> Optional[float]:
-    """Validate a threading/queue style timeout; None means wait for ever."""
-    if timeout is None:
-        return None
-    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool):
-        raise TypeError("timeout must be a number or None")
-    if minus_one_forever and timeout == -1:
-        return None
-    if math.isnan(timeout) or timeout < 0:
-        raise ValueError("timeout value must be a non-negative number" if minus_one_forever
-                         else "'timeout' must be a non-negative number")
-    if math.isinf(timeout):
-        return None
-    return float(timeout)
-
-
 class AcquirerProxy(BaseProxy):
     """Lock, RLock, Semaphore and BoundedSemaphore, as SyncManager's AcquirerProxy.
 
@@ -201,7 +187,7 @@ class AcquirerProxy(BaseProxy):
             if timeout is not None and timeout != -1:
                 raise ValueError("can't specify a timeout for a non-blocking call")
             return self._acquired(self._call("acquire", block=False, tid=tid))
-        t = _timeout_arg(True, timeout, minus_one_forever=True)
+        t = timeout_arg(True, timeout, minus_one_forever=True)
         if t is not None and t > threading.TIMEOUT_MAX:
             raise OverflowError("timeout value is too large")
         return self._acquired(self._call_blocking("acquire", t, undo=self._undo_acquire, tid=tid, timeout=t))
@@ -256,7 +242,7 @@ class EventProxy(BaseProxy):
     def wait(self, timeout: Optional[float] = None) -> bool:
         if timeout is not None and not math.isnan(timeout) and timeout < 0:
             timeout = 0.0
-        t = _timeout_arg(True, timeout, minus_one_forever=False)
+        t = timeout_arg(True, timeout, minus_one_forever=False)
         return bool(self._call_blocking("wait", t, timeout=t))
 
 
@@ -366,7 +352,7 @@ class QueueProxy(BaseProxy):
             t: Optional[float] = 0.0
             wait: Optional[float] = 0.0
         else:
-            t = _timeout_arg(True, timeout, minus_one_forever=False)
+            t = timeout_arg(True, timeout, minus_one_forever=False)
             wait = t
         self._call_blocking("put", wait, blob_key="item", blob=data, block=block, timeout=t)
 
@@ -374,7 +360,7 @@ class QueueProxy(BaseProxy):
         if not block:
             t: Optional[float] = 0.0
         else:
-            t = _timeout_arg(True, timeout, minus_one_forever=False)
+            t = timeout_arg(True, timeout, minus_one_forever=False)
         data = self._call_blocking("get", t, undo=self._undo_get, block=block, timeout=t)
         return _loads(data)
 
@@ -398,29 +384,43 @@ class QueueProxy(BaseProxy):
         return bool(self._call("full"))
 
     def put_many(self, items: Any, block: bool = True, timeout: Optional[float] = None) -> None:
-        """Put every item of items, in order (faster-fifo's batch call). Every
-        item is encoded (an unpicklable one refused) before any is stored."""
-        datas = [_values.dumps_parts(x) for x in items]
-        t = 0.0 if not block else _timeout_arg(True, timeout, minus_one_forever=False)
-        start = time.monotonic()
-        for d in datas:
-            left = t if t is None or t == 0 else max(0.0, t - (time.monotonic() - start))
-            self._call_blocking("put", left, blob_key="item", blob=d, block=block, timeout=left)
+        """Put every item of items, all together (adjacent and in order) or
+        none, in one request (faster-fifo's batch call). Every item is
+        encoded (an unpicklable one refused) before anything is sent. When
+        there is no room for the whole batch it waits, as put does, and
+        raises Full at the deadline with nothing stored; a batch of more
+        items than maxsize can never fit and raises ValueError at once."""
+        parts = [_values.dumps_parts(x) for x in items]
+        if not parts:
+            return
+        t = 0.0 if not block else timeout_arg(True, timeout, minus_one_forever=False)
+        self._put_many_encoded(parts, block, t)
+
+    def _put_many_encoded(self, parts: list[list[Any]], block: bool, timeout: Optional[float]) -> None:
+        """put_many of items already encoded (each as _values.dumps_parts'
+        pieces), in one request."""
+        t = 0.0 if not block else timeout
+        self._call_blocking("put_many", t, blob_key="items", blob=bin_array(parts), block=block, timeout=t)
 
     def get_many(self, max_items: int = 1 << 30, block: bool = True, timeout: Optional[float] = None) -> list[Any]:
         """Get at least one item (waiting as get does), then as many more as
-        are there at once, up to max_items (faster-fifo's batch call)."""
-        if isinstance(max_items, bool) or not isinstance(max_items, int):
-            raise TypeError("max_items must be an int")
-        if max_items < 1:
-            raise ValueError("max_items must be at least 1")
-        out = [self.get(block, timeout)]
-        while len(out) < max_items:
-            try:
-                out.append(self.get(False))
-            except exc.Empty:
-                break
-        return out
+        are there at once, up to max_items, in one request (faster-fifo's
+        batch call). The reply fits one frame of the daemon's (--max-frame):
+        items past that stay at the head for the next call."""
+        check_count(max_items)
+        t = 0.0 if not block else timeout_arg(True, timeout, minus_one_forever=False)
+        datas = self._call_blocking("get_many", t, undo=self._undo_get_many, n=min(max_items, 1 << 20), block=block,
+                                    timeout=t)
+        try:
+            return [_loads(d) for d in datas]
+        except BaseException:
+            self._undo_get_many(datas)  # an item that does not decode: all go back, nothing taken
+            raise
+
+    def _undo_get_many(self, datas: Any) -> None:
+        if isinstance(datas, list):
+            for d in reversed(datas):  # each goes to the front: the last first
+                self._undo_get(d)
 
 
 class JoinableQueueProxy(QueueProxy):
@@ -436,7 +436,7 @@ class JoinableQueueProxy(QueueProxy):
 
     def join(self, timeout: Optional[float] = None) -> bool:
         """Wait until every item put has been marked done (timeout: extension, returns False on expiry)."""
-        t = _timeout_arg(True, timeout, minus_one_forever=False)
+        t = timeout_arg(True, timeout, minus_one_forever=False)
         return bool(self._call_blocking("join", t, timeout=t))
 
 
@@ -448,7 +448,7 @@ class ConditionProxy(AcquirerProxy):
     def wait(self, timeout: Optional[float] = None) -> bool:
         if timeout is not None and not math.isnan(timeout) and timeout < 0:
             timeout = 0.0
-        t = _timeout_arg(True, timeout, minus_one_forever=False)
+        t = timeout_arg(True, timeout, minus_one_forever=False)
         completed: list[Any] = []
         try:
             return bool(self._call_blocking("wait", t, undo=completed.append, tid=threading.get_ident(), timeout=t))
@@ -499,7 +499,7 @@ class BarrierProxy(BaseProxy):
     def wait(self, timeout: Optional[float] = None) -> int:
         if timeout is None:
             timeout = self._timeout
-        t = _timeout_arg(True, timeout, minus_one_forever=False)
+        t = timeout_arg(True, timeout, minus_one_forever=False)
         try:
             res = self._call_blocking("wait", t, timeout=t)
         except exc.BrokenBarrierError:

@@ -123,8 +123,15 @@ def test_put_many_get_many(m):
     with pytest.raises(queue.Empty):
         q.get_many(10, timeout=0.05)
     small = m.Queue(maxsize=5)
+    small.put_many(range(3))
+    with pytest.raises(queue.Full):  # room for 2 of 3: none goes in
+        small.put_many(range(3, 6), timeout=0.05)
     with pytest.raises(queue.Full):
-        small.put_many(range(10), timeout=0.05)
+        small.put_many(range(3, 6), block=False)
+    assert small.qsize() == 3
+    with pytest.raises(ValueError, match="can never fit a queue of maxsize 5"):
+        small.put_many(range(6), timeout=0.05)
+    small.put_many([3, 4])
     assert small.get_many(100) == [0, 1, 2, 3, 4]
 
 

@@ -1,0 +1,208 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/syncmgr/syncmgr/statemem"
+)
+
+// Batches: put_many and get_many, each one op.
+//
+// A put_many is atomic: all its items go in, adjacent and in order, or none
+// does (an error, a full queue at the deadline, a cancelled wait). A batch
+// of more items than maxsize can never fit and fails at once with ErrValue.
+// A waiting batch is one putter: it goes in when there is room for all of
+// it, and the putters behind it wait their turn, as behind any putter.
+//
+// A get_many takes at least one item (waiting as get does), then as many
+// more as the queue holds at once, up to its count and its byte budget (the
+// reply must fit one frame). Its grant takes every item back, in order, when
+// the reply is not delivered.
+
+// PutManyGrant appends items, all of them or none, waiting for room for
+// all when the queue is full. It fails with ErrFull when there is no room
+// in time (or at once with block false), and with ErrValue when the batch
+// is larger than maxsize. As a put's, its grant has nothing to undo.
+func (q *Queue) PutManyGrant(ctx context.Context, items [][]byte, block bool, timeout time.Duration) (Grant, error) {
+	if len(items) == 0 {
+		return Grant{ok: true}, nil
+	}
+	if q.maxsize > 0 && int64(len(items)) > q.maxsize {
+		return Grant{}, fmt.Errorf("%w: a batch of %d items can never fit a queue of maxsize %d (put it in batches of at most %d)", ErrValue, len(items), q.maxsize, q.maxsize)
+	}
+	var err error
+	if q.ring != nil {
+		err = q.ringPutItems(ctx, items, block, timeout)
+	} else {
+		err = q.putMany(ctx, items, block, timeout)
+	}
+	if err != nil {
+		return Grant{}, err
+	}
+	return Grant{ok: true}, nil
+}
+
+// putMany is PutManyGrant for a queue without a ring.
+func (q *Queue) putMany(ctx context.Context, items [][]byte, block bool, timeout time.Duration) error {
+	cost := itemsCost(items)
+	q.mu.Lock()
+	if q.dead != nil {
+		q.mu.Unlock()
+		return q.dead
+	}
+	if q.putters.len() == 0 && q.roomFor(len(items)) {
+		// All or nothing: the batch's bytes are charged at once, and what
+		// goes straight to waiting getters is given back.
+		if err := q.charge(cost); err != nil {
+			q.mu.Unlock()
+			return err
+		}
+		for _, it := range items {
+			if q.items.Len() == 0 && q.handToGetter(it) { // the head of the FIFO
+				q.uncharge(ItemCost(it))
+			} else {
+				q.pushBack(it)
+			}
+			q.accepted()
+		}
+		q.mu.Unlock()
+		return nil
+	}
+	if !block || timeout == 0 {
+		q.mu.Unlock()
+		return ErrFull
+	}
+	if err := q.charge(cost); err != nil { // a waiting batch is held too
+		q.mu.Unlock()
+		return err
+	}
+	w := newWaiter(nil, 0)
+	w.items = items
+	q.putters.push(w)
+	ok, err := q.park(ctx, &q.putters, w, timeout)
+	if !ok {
+		q.mu.Lock()
+		if q.dead == nil {
+			q.uncharge(cost)
+			q.admitPutter() // the putters behind a batch that left may fit now
+		}
+		q.mu.Unlock()
+	}
+	switch {
+	case ok:
+		return nil
+	case err != nil:
+		return err
+	default:
+		return ErrFull
+	}
+}
+
+// ringTryPutMany stores all of items if there is room for all, else none;
+// called under q.mu. Each item goes where ringTryPut would put it (to a
+// waiting socket getter while the queue is empty, into the ring, named by
+// an external record, or after over), all under one latch, so no other op
+// sees part of the batch.
+func (q *Queue) ringTryPutMany(items [][]byte) (ok bool, err error) {
+	qr := q.ring
+	if !qr.r.Lock(qr.gone) {
+		return false, ErrDeleted
+	}
+	changed := false
+	defer func() {
+		qr.r.UnlockQuiet(changed)
+		if changed {
+			qr.wakeLocal()
+		}
+	}()
+	n, err := q.ringCount()
+	if err != nil {
+		return false, q.corrupt(err)
+	}
+	if q.maxsize > 0 && n+int64(len(items)) > q.maxsize {
+		return false, nil
+	}
+	if q.joinable && qr.r.Unfinished()+uint64(len(items)) > statemem.RingMaxUnfinished {
+		return false, nil // the unfinished count would pass its bound: wait as on a full queue
+	}
+	// The whole batch is charged first (all or nothing under the limits);
+	// the items that go into the ring or to a getter give theirs back.
+	if err := q.ringCharge(itemsCost(items)); err != nil {
+		return false, err
+	}
+	if len(qr.over) > 0 && q.settle() {
+		changed = true
+	}
+	empty := n == 0
+	for _, item := range items {
+		if empty && q.handOver(item) {
+			q.uncharge(ItemCost(item))
+			continue
+		}
+		empty = false
+		inline := uint64(len(item)) <= qr.r.Inline()
+		keep := !inline // the daemon keeps it, named by an external record
+		if len(qr.over) == 0 && inline {
+			fits, err := qr.r.Fits(uint64(len(item)))
+			if err != nil {
+				return true, q.corrupt(err)
+			}
+			if fits && len(item) < SocketKeepMin {
+				qr.r.Put(statemem.RecItem, item)
+				q.uncharge(ItemCost(item))
+				changed = true
+				continue
+			}
+			keep = fits
+		}
+		if len(qr.over) == 0 && keep {
+			if fits, _ := qr.r.Fits(8); fits {
+				qr.putExternal(item)
+				changed = true
+				continue
+			}
+		}
+		qr.over = append(qr.over, item)
+		if q.joinable {
+			qr.r.AddDone(-1) // a put the ring's count does not see yet
+		}
+	}
+	q.setFlags()
+	return true, nil
+}
+
+// batchItemFraming is what GetManyGrant counts for each item on top of its
+// bytes (a reply's bin header is at most 5).
+const batchItemFraming = 8
+
+// GetManyGrant removes the first item, waiting for one as GetGrant does,
+// then as many more as the queue holds now, up to max items and maxBytes
+// bytes in all, each counted with batchItemFraming (the first item is taken
+// whatever its size). Undoing the
+// grant puts every item back at the front, in order.
+func (q *Queue) GetManyGrant(ctx context.Context, max int, maxBytes int64, block bool, timeout time.Duration) (Grant, error) {
+	if max < 1 {
+		return Grant{}, fmt.Errorf("%w: get_many takes at least 1 item", ErrValue)
+	}
+	first, err := q.get(ctx, block, timeout)
+	if err != nil {
+		return Grant{}, err
+	}
+	items := [][]byte{first}
+	size := int64(len(first)) + batchItemFraming
+	for len(items) < max {
+		it, err := q.get(ctx, false, 0)
+		if err != nil {
+			break // empty now (or failed: the items taken are still the caller's)
+		}
+		if size+int64(len(it))+batchItemFraming > maxBytes {
+			_ = q.Unget(it) // over the reply's budget: it stays the head
+			break
+		}
+		items = append(items, it)
+		size += int64(len(it)) + batchItemFraming
+	}
+	return Grant{obj: q, items: items, ok: true}, nil
+}
