@@ -36,6 +36,8 @@ LAT_OPS = [
     ("q8", "Queue put + get, 8 B bytes", 2, 8),
     ("q64k", "Queue put + get, 64 KiB numpy array", 2, 65536),
     ("q1m", "Queue put + get, 1 MiB numpy array", 2, 1 << 20),
+    ("q8x64", "Queue batch of 64 x 8 B: put_many + get_many (SyncManager: 64 puts + 64 gets; Redis: RPUSH + LPOP 64)",
+     2, 8),
     ("create_named", "create named object + proxy (SyncManager: Lock())", 1, 8),
     ("create_anon", "create anonymous Lock + proxy", 1, 8),
     ("unpickle", "fresh process: unpickle proxy + first call", 0, 8),
@@ -107,7 +109,17 @@ def syncmgr_latency_ops(m: Any, daemon: SyncmgrDaemon, keep: list) -> dict[str, 
 
         return f
 
+    batch_q = m.Queue(name="bench-queue-q8x64")
+    batch = [make_item(8)] * 64
+
+    def q8x64() -> None:
+        batch_q.put_many(batch)
+        got = batch_q.get_many(64, timeout=30)
+        while len(got) < 64:
+            got += batch_q.get_many(64 - len(got), timeout=30)
+
     return {
+        "q8x64": q8x64,
         "rtt": lambda: client.call("ping", {}),
         "raw_ping": raw_ping,
         "lock": lambda: (lock.acquire(), lock.release()),
@@ -145,7 +157,18 @@ def syncmanager_latency_ops(sm: Any, keep: list) -> dict[str, Callable[[], Any]]
 
         return f
 
+    batch_q = sm.Queue()
+    keep.append(batch_q)
+    batch = [make_item(8)] * 64
+
+    def q8x64() -> None:  # SyncManager has no batch call
+        for x in batch:
+            batch_q.put(x)
+        for _ in batch:
+            batch_q.get(timeout=30)
+
     return {
+        "q8x64": q8x64,
         "lock": lambda: (lock.acquire(), lock.release()),
         "ev_is_set": ev.is_set,
         "ev_set": ev.set,
@@ -174,7 +197,17 @@ def redis_latency_ops(r: Any) -> dict[str, Callable[[], Any]]:
 
         return f
 
+    batch = [pickle.dumps(make_item(8), protocol=5)] * 64
+
+    def q8x64() -> None:
+        r.rpush("bench-queue-q8x64", *batch)
+        got = r.lpop("bench-queue-q8x64", 64)
+        assert len(got) == 64
+        for b in got:
+            pickle.loads(b)
+
     return {
+        "q8x64": q8x64,
         "rtt": r.ping,
         "lock": lambda: (lk.acquire(), lk.release()),
         "ev_is_set": lambda: r.get("bench-event") == b"1",

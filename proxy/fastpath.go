@@ -195,22 +195,32 @@ func (r *rightsReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// fastRef looks up h's words; nil means the socket path.
-func (c *Client) fastRef(ctx context.Context, h Handle) *fastWord {
-	fp := c.fast
-	if fp == nil {
-		return nil
-	}
-	switch h.kind {
+// wordKind reports whether kind's state is a word this client uses on the
+// fast path.
+func wordKind(kind string) bool {
+	switch kind {
 	case wire.KindLock, wire.KindRLock, wire.KindCondition, wire.KindEvent, wire.KindSemaphore, wire.KindBoundedSemaphore:
-	default:
+		return true
+	}
+	return false
+}
+
+// fastRef looks up h's words; nil means the socket path. hint is the
+// create reply's "fp" (the fastpath_ref answer it carries); without it,
+// fastpath_ref is asked.
+func (c *Client) fastRef(ctx context.Context, h Handle, hint any) *fastWord {
+	fp := c.fast
+	if fp == nil || !wordKind(h.kind) {
 		return nil
 	}
-	res, err := c.Call(ctx, wire.OpFastpathRef, h.args(), nil)
-	if err != nil {
-		return nil
+	m, _ := hint.(map[string]any)
+	if m == nil {
+		res, err := c.Call(ctx, wire.OpFastpathRef, h.args(), nil)
+		if err != nil {
+			return nil
+		}
+		m, _ = res.(map[string]any)
 	}
-	m, _ := res.(map[string]any)
 	if run, _ := m["run"].(string); run != fp.run {
 		return nil // another run's offsets: not into this segment
 	}

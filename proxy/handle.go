@@ -55,6 +55,9 @@ func (c *Client) create(ctx context.Context, kind, name string, kv ...any) (Hand
 	for i := 0; i+1 < len(kv); i += 2 {
 		args[kv[i].(string)] = kv[i+1]
 	}
+	if c.fast != nil && wordKind(kind) {
+		args[wire.ArgFastpath] = true // the reply carries the object's word: one round trip
+	}
 	res, err := c.Call(ctx, wire.OpCreate, args, nil)
 	if err != nil {
 		return Handle{}, err
@@ -65,7 +68,7 @@ func (c *Client) create(ctx context.Context, kind, name string, kv ...any) (Hand
 		return Handle{}, fmt.Errorf("syncmgr: create: unexpected reply %v", res)
 	}
 	h := Handle{c: c, kind: kind, name: got, anon: name == ""}
-	h.fw = c.fastRef(ctx, h)
+	h.fw = c.fastRef(ctx, h, m["fp"])
 	h.qr = c.queueRef(h)
 	return h, nil
 }

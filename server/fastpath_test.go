@@ -81,6 +81,17 @@ func TestFastpathAttachRefAndSessionEnd(t *testing.T) {
 	if atomic.LoadUint32(client.Tag(off)) != tag || uint8(tag) != statemem.KindLock {
 		t.Fatalf("tag %x at %d, reply %x", atomic.LoadUint32(client.Tag(off)), off, tag)
 	}
+	// A create that asks for it carries the same word in its reply: one
+	// round trip to make a fast-path object.
+	fast.send(4, wire.OpCreate, map[string]any{"kind": "lock", "name": "fl", "fastpath": true})
+	rep = fast.recv()
+	if rep.Err != nil {
+		t.Fatalf("create with fastpath: %v", rep.Err)
+	}
+	fp, _ := rep.Result.(map[string]any)["fp"].(map[string]any)
+	if fp == nil || uint32(asInt(t, fp["off"])) != off || uint32(asInt(t, fp["tag"])) != tag || fp["run"] != ref["run"] {
+		t.Fatalf("create reply's word %v, fastpath_ref's %v", fp, ref)
+	}
 	if r := statemem.LockAcquire(client.State(off), client.Aux(off), slot, 5, 0); r != statemem.OK {
 		t.Fatalf("fast acquire: %v", r)
 	}
@@ -143,5 +154,9 @@ func TestFastpathAttachRefAndSessionEnd(t *testing.T) {
 	tcp.send(1, wire.OpFastpathAttach, map[string]any{})
 	if rep := tcp.recv(); rep.Err == nil || rep.Err.Code != wire.CodeUnknownOp {
 		t.Fatalf("TCP attach: %+v", rep)
+	}
+	tcp.send(2, wire.OpCreate, map[string]any{"kind": "lock", "name": "tl", "fastpath": true})
+	if rep := tcp.recv(); rep.Err != nil || rep.Result.(map[string]any)["fp"] != nil {
+		t.Fatalf("a TCP client's create carried a word: %+v", rep)
 	}
 }

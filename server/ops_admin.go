@@ -97,7 +97,15 @@ func opCreate(c *conn, _ uint64, a wire.Args) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return map[string]any{"name": obj.Name(), "created": created}, nil
+	res := map[string]any{"name": obj.Name(), "created": created}
+	// A fast-path client gets the object's word with the reply: one round
+	// trip to make a fast-path object, not two (create, then fastpath_ref).
+	if fp, _ := a.Bool(wire.ArgFastpath, false); fp && c.fastpathAllowed() == nil {
+		if ref, ok := c.srv.mgr.FastRef(obj); ok {
+			res["fp"] = fastRefReply(c, ref)
+		}
+	}
+	return res, nil
 }
 
 func opStatus(c *conn, _ uint64, a wire.Args) (any, error) {

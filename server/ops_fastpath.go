@@ -2,6 +2,7 @@ package server
 
 import (
 	"github.com/syncmgr/syncmgr/manager"
+	"github.com/syncmgr/syncmgr/statemem"
 	"github.com/syncmgr/syncmgr/wire"
 )
 
@@ -46,8 +47,15 @@ func fastpathOps(t *opTable) {
 		if !ok {
 			return nil, wire.Errorf(wire.CodeUnknownOp, "%s %q is not on the fast path", kind, name)
 		}
-		return map[string]any{"off": int64(ref.Off), "tag": int64(ref.Tag), "run": c.srv.runID}, nil
+		return fastRefReply(c, ref), nil
 	})
+}
+
+// fastRefReply is an object's word as fastpath_ref (and a fast-path
+// client's create) answers it: its offset and tag in the segment, and the
+// daemon run they belong to.
+func fastRefReply(c *conn, ref statemem.Ref) map[string]any {
+	return map[string]any{"off": int64(ref.Off), "tag": int64(ref.Tag), "run": c.srv.runID}
 }
 
 // fastpathAllowed checks that this connection may use the fast path: the

@@ -139,4 +139,7 @@ const (
 	// got the state the request acts on (a lock it acquired); a daemon of
 	// another run answers server_restarted and does nothing.
 	ArgRun = "run"
+	// ArgFastpath, on create: the client maps the daemon's segment, so the
+	// reply may carry the object's word (its fastpath_ref answer, as "fp").
+	ArgFastpath = "fastpath"
 )

@@ -107,6 +107,7 @@ class FastPath:
         self.ring_conn: Optional[_connection.Connection] = None  # queue_attach's connection (see _open_ring)
         self.ring_lock = threading.Lock()
         self.handles: weakref.WeakSet[_Handle] = weakref.WeakSet()  # the handles using this mapping
+        self.refs: dict[tuple[str, str], tuple[int, int]] = {}  # (kind, name) -> (offset, tag) seen in this run
         # No retry here: a refused attach is tried again later (path_for).
         self.anchor = client.route.connect(_connection._session_id, retry=False)
         try:
@@ -197,18 +198,31 @@ class FastPath:
             if ring is not None:
                 ring.detach()
 
-    def ref(self, kind: str, name: str) -> Optional[tuple[int, int]]:
+    def ref(self, kind: str, name: str, hint: Any = None) -> Optional[tuple[int, int]]:
         """The word offset and tag (kind | generation << 8) of an object, or
-        None to use the socket."""
-        try:
-            r = self.client.call("fastpath_ref", {"kind": kind, "name": name})
-        except exc.SyncMgrError:
-            return None
+        None to use the socket. hint is the create reply's copy of the
+        fastpath_ref answer; without one, an object this process has seen
+        before in this daemon run is found with no round trip (refs), as
+        long as its word still carries the same tag: a name deleted and
+        made again has another generation, so a stale entry is never used."""
+        key = (kind, name)
+        r = hint
+        if r is None:
+            known = self.refs.get(key)
+            if known is not None and self.seg.tag(known[0]) == known[1]:
+                return known
+            try:
+                r = self.client.call("fastpath_ref", {"kind": kind, "name": name})
+            except exc.SyncMgrError:
+                return None
         if not isinstance(r, dict) or r.get("run") != self.run_id:
             return None  # another daemon run answered: its offsets are not for this segment
         off, tag = int(r["off"]), int(r["tag"])
         if self.seg.tag(off) != tag:  # deleted and reused since the reply
             return None
+        if len(self.refs) >= _MAX_REFS:
+            self.refs.clear()
+        self.refs[key] = (off, tag)
         return off, tag
 
 
@@ -272,8 +286,23 @@ def path_for(client: Client) -> Optional[FastPath]:
         return fp
 
 
-def attach(proxy: BaseProxy) -> None:
-    """Give proxy fast methods when its object is on the fast path."""
+# The kinds whose state is a word in the segment (a Queue's is a ring).
+_WORD_KINDS = frozenset(("lock", "rlock", "condition", "event", "semaphore", "bounded_semaphore", "value"))
+_MAX_REFS = 1 << 16  # entries of a FastPath's refs before it starts again
+
+
+def wants_ref(client: Client, kind: str) -> bool:
+    """Whether a create of kind should ask for the object's word in its
+    reply (the "fastpath" argument): the fast path is on for client."""
+    if kind not in _WORD_KINDS or not enabled_by_env():
+        return False
+    fp = path_for(client)
+    return fp is not None and fp.ok
+
+
+def attach(proxy: BaseProxy, hint: Any = None) -> None:
+    """Give proxy fast methods when its object is on the fast path (hint:
+    the create reply's "fp", the object's word)."""
     if not enabled_by_env():
         return
     kind = proxy._kind
@@ -283,12 +312,12 @@ def attach(proxy: BaseProxy) -> None:
     if kind == "value":
         if getattr(proxy, "_code", "O") not in _VALUE_CLASS:
             return
-    elif kind not in ("lock", "rlock", "condition", "event", "semaphore", "bounded_semaphore"):
+    elif kind not in _WORD_KINDS:
         return
     fp = path_for(proxy._client)
     if fp is None or not fp.ok:
         return
-    ref = fp.ref(kind, proxy._name)
+    ref = fp.ref(kind, proxy._name, hint)
     if ref is None:
         return
     off, tag = ref
