@@ -40,6 +40,11 @@ type conn struct {
 	cur       opLabel // the request dispatch is running; read by park in the same goroutine
 
 	wmu sync.Mutex // serialises writes
+	// wdl is the write deadline last set (under wmu): a reply refreshes it
+	// only once half of WriteTimeout has gone, not with a timer change
+	// per reply.
+	wdl time.Time
+	raw *rawIO // plain sockets: reads and writes by raw system calls (rawio.go); nil for TLS
 
 	pmu      sync.Mutex
 	parked   map[uint64]*parkedReq
@@ -266,7 +271,11 @@ func (c *conn) checkPeer() (string, error) {
 }
 
 func (c *conn) loop() {
-	br := bufio.NewReaderSize(c.nc, 64<<10)
+	var src io.Reader = c.nc
+	if c.raw = newRawIO(c.nc); c.raw != nil {
+		src = c.raw
+	}
+	br := bufio.NewReaderSize(src, 64<<10)
 	for {
 		n, err := wire.ReadHeader(br)
 		if err == nil && n > c.srv.cfg.MaxFrame {
@@ -428,12 +437,30 @@ func (c *conn) writeReply(id uint64, we *wire.Error, res any) error {
 	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	_ = c.nc.SetWriteDeadline(time.Now().Add(c.srv.cfg.WriteTimeout))
-	if _, err := bufs.WriteTo(c.nc); err != nil {
+	c.refreshWriteDeadline()
+	var err error
+	if c.raw != nil {
+		err = c.raw.writeBuffers(bufs)
+	} else {
+		_, err = bufs.WriteTo(c.nc)
+	}
+	if err != nil {
 		c.close()
 		return err
 	}
 	return nil
+}
+
+// refreshWriteDeadline keeps the write deadline at least half of
+// WriteTimeout ahead (under wmu): a client that stops reading still has its
+// connection closed within WriteTimeout of a write that cannot finish.
+func (c *conn) refreshWriteDeadline() {
+	now := time.Now()
+	if c.wdl.Sub(now) >= c.srv.cfg.WriteTimeout/2 {
+		return
+	}
+	c.wdl = now.Add(c.srv.cfg.WriteTimeout)
+	_ = c.nc.SetWriteDeadline(c.wdl)
 }
 
 // writeFDReply writes one reply frame with fr.fd attached (SCM_RIGHTS):
@@ -451,7 +478,7 @@ func (c *conn) writeFDReply(id uint64, fr fdReply) error {
 	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	_ = c.nc.SetWriteDeadline(time.Now().Add(c.srv.cfg.WriteTimeout))
+	c.refreshWriteDeadline()
 	n, _, err := uc.WriteMsgUnix(frame, unix.UnixRights(fr.fd), nil)
 	if err == nil && n < len(frame) {
 		_, err = c.nc.Write(frame[n:]) // the descriptor went with the first bytes
@@ -547,7 +574,8 @@ func (c *conn) notifyShutdown() {
 	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	_ = c.nc.SetWriteDeadline(time.Now().Add(noticeTimeout))
+	c.wdl = time.Now().Add(noticeTimeout)
+	_ = c.nc.SetWriteDeadline(c.wdl)
 	_, _ = c.nc.Write(frame)
 }
 

@@ -1,0 +1,134 @@
+package server
+
+import (
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// rawIO reads and writes a plain Unix or TCP socket with raw system calls
+// on its non-blocking descriptor, waiting through the runtime's poller
+// (syscall.RawConn) only when the socket is not ready. A request is a read
+// and its reply a write that never block, and the runtime's bookkeeping
+// around an ordinary system call (entersyscall, which also wakes the
+// runtime's monitor thread each time it has gone to sleep on an idle
+// daemon) cost more than the call itself. Deadlines set on the connection
+// still apply: RawConn waits with them.
+type rawIO struct {
+	rc syscall.RawConn
+}
+
+// newRawIO returns nc's raw reader and writer, or nil for a connection
+// that is not a plain socket (TLS: its records need crypto/tls).
+func newRawIO(nc net.Conn) *rawIO {
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	switch nc.(type) {
+	case *net.UnixConn, *net.TCPConn:
+	default:
+		return nil
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	return &rawIO{rc: rc}
+}
+
+// Read implements io.Reader.
+func (r *rawIO) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	var n int
+	var errno syscall.Errno
+	err := r.rc.Read(func(fd uintptr) bool {
+		for {
+			r1, _, e := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+			switch e {
+			case unix.EINTR:
+				continue
+			case unix.EAGAIN:
+				return false // not ready: wait on the poller, then call again
+			}
+			n, errno = int(r1), e
+			return true
+		}
+	})
+	switch {
+	case err != nil:
+		return 0, err
+	case errno != 0:
+		return 0, os.NewSyscallError("read", errno)
+	case n == 0:
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// writeBuffers writes every byte of bufs (one writev while the socket
+// takes it all, as a net.Buffers write does).
+func (r *rawIO) writeBuffers(bufs [][]byte) error {
+	var iov [8]unix.Iovec
+	var errno syscall.Errno
+	err := r.rc.Write(func(fd uintptr) bool {
+		for len(bufs) > 0 {
+			k := 0
+			for _, b := range bufs {
+				if k == len(iov) {
+					break
+				}
+				if len(b) > 0 {
+					iov[k].Base = &b[0]
+					iov[k].SetLen(len(b))
+					k++
+				}
+			}
+			if k == 0 {
+				return true
+			}
+			r1, _, e := unix.RawSyscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&iov[0])), uintptr(k))
+			switch e {
+			case 0:
+			case unix.EINTR:
+				continue
+			case unix.EAGAIN:
+				return false // the socket's buffer is full: wait until it drains
+			default:
+				errno = e
+				return true
+			}
+			consume(&bufs, int(r1))
+		}
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	if errno != 0 {
+		return os.NewSyscallError("writev", errno)
+	}
+	return nil
+}
+
+// consume drops the first n written bytes from bufs.
+func consume(bufs *[][]byte, n int) {
+	for n > 0 && len(*bufs) > 0 {
+		b := (*bufs)[0]
+		if n < len(b) {
+			(*bufs)[0] = b[n:]
+			return
+		}
+		n -= len(b)
+		*bufs = (*bufs)[1:]
+	}
+	for len(*bufs) > 0 && len((*bufs)[0]) == 0 {
+		*bufs = (*bufs)[1:]
+	}
+}
