@@ -5,6 +5,16 @@
 // same-host clients change the fast path's shared words and Queue rings
 // themselves (fastpath.go, queue_ring.go).
 //
+// The fast path's families (fastpath.go's fastFamily, one line each in
+// fastFamilies) each keep what is theirs in a file of their own: how an
+// object's state is bound to shared memory and given back, what a stray
+// store can break in it, what a dead session left there:
+//
+//	fast_lock.go        Lock, RLock, a Condition's private RLock
+//	fast_semaphore.go   Semaphore, BoundedSemaphore (word and ledger)
+//	fast_event_value.go Event, numeric Value
+//	queue_ring.go       Queue, JoinableQueue (a ring of its own)
+//
 // The 13 kinds, one file per family of semantics:
 //
 //	lock.go       Lock, RLock

@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,12 +18,102 @@ import (
 // segment slots while an object lives, and the release, when a session
 // ends, of the words that name its slot (a fast-path acquire does not go
 // through the daemon, so the session's hold list does not know of it).
+//
+// What differs from one family of objects to the next (which words it
+// has, what a stray store can break in them, what a dead session leaves
+// behind) is in the family's own file, behind fastFamily; this file and
+// fastwait.go are the same for every family.
+
+// fastFamily is one family of objects on the fast path: how a new object's
+// state goes into shared memory and a removed object's comes back. A family
+// whose objects have a slot of the segment is a wordFamily too, one whose
+// objects have shared memory of their own a ringFamily. Each family is in
+// a file of its own and has one line in fastFamilies.
+type fastFamily interface {
+	// kinds are the object kinds the family binds.
+	kinds() []Kind
+	// bind moves a new object's state into shared memory. It runs under
+	// the manager's lock. Running out of room is not an error: the object
+	// stays on the socket path.
+	bind(f *fastPath, obj Object)
+	// unbind gives a removed object's state back to Go memory. It runs
+	// under the manager's lock, so it never waits for a client's latch.
+	unbind(f *fastPath, obj Object)
+}
+
+// wordFamily is a family whose objects each have a slot of the segment,
+// recorded by fastPath.remember (in byOff) while they are bound. Its
+// methods run without f.mu.
+type wordFamily interface {
+	fastFamily
+	// sweep repairs in obj's words what only a stray store can make (see
+	// sweepFast); live reports whether a slot's session lives.
+	sweep(obj Object, live func(Slot) bool)
+	// sessionEnded gives back what s held in obj that no word naming s's
+	// slot shows (a Semaphore's units). It runs when s ends, after every
+	// word naming s's slot was released (see releaseSlotWords).
+	sessionEnded(obj Object, s *Session)
+	// waitOp is what a fast-path waiter on the family's words is said to
+	// do in status listings ("acquire", "wait").
+	waitOp() string
+}
+
+// ringFamily is a family whose objects have shared memory of their own,
+// outside the segment (a Queue's ring).
+type ringFamily interface {
+	fastFamily
+	// tick runs from the sweeper every sweepEvery, after sweepFast.
+	tick(f *fastPath)
+	// slotEnded releases what the session of slot held in the family's
+	// memory. It runs when that session ends, after the segment's words
+	// and waits naming the slot were released.
+	slotEnded(f *fastPath, slot Slot)
+}
+
+// fastFamilies are the families on the fast path, one line each.
+var fastFamilies = []fastFamily{
+	lockFamily{},      // fast_lock.go: Lock
+	rlockFamily{},     // fast_lock.go: RLock
+	conditionFamily{}, // fast_lock.go: a Condition's private RLock
+	semaphoreFamily{}, // fast_semaphore.go: Semaphore, BoundedSemaphore
+	eventFamily{},     // fast_event_value.go: Event
+	valueFamily{},     // fast_event_value.go: numeric Value
+	queueFamily{},     // queue_ring.go: Queue, JoinableQueue
+}
+
+// fastByKind is each kind's family, and ringFamilies the families with
+// memory of their own, both from fastFamilies.
+var fastByKind, ringFamilies = indexFamilies(fastFamilies)
+
+func indexFamilies(fams []fastFamily) (map[Kind]fastFamily, []ringFamily) {
+	byKind := make(map[Kind]fastFamily)
+	var rings []ringFamily
+	for _, fam := range fams {
+		for _, k := range fam.kinds() {
+			if byKind[k] != nil {
+				panic(fmt.Sprintf("manager: two fast-path families for kind %q", k))
+			}
+			byKind[k] = fam
+		}
+		if r, ok := fam.(ringFamily); ok {
+			rings = append(rings, r)
+		}
+	}
+	return byKind, rings
+}
+
+// slotObject is an object with a slot of the segment, and its family.
+type slotObject struct {
+	obj Object
+	fam wordFamily
+}
 
 // fastPath is the manager's segment and which object lives at which slot.
 type fastPath struct {
 	seg      *statemem.Segment
+	slots    *Slots
 	mu       sync.Mutex
-	byOff    map[uint32]Object // objects whose words are in the segment
+	byOff    map[uint32]slotObject // objects whose words are in the segment
 	refs     map[Object]statemem.Ref
 	attached map[Slot]*Session // sessions whose end hook is registered, until it ran
 	stop     chan struct{}     // closed by Manager.Close: ends the sweeper
@@ -48,7 +139,7 @@ func (f *fastPath) slotGone(slot Slot) bool {
 func (m *Manager) EnableFastPath(seg *statemem.Segment) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.fast = &fastPath{seg: seg, byOff: make(map[uint32]Object), refs: make(map[Object]statemem.Ref), attached: make(map[Slot]*Session),
+	m.fast = &fastPath{seg: seg, slots: m.slots, byOff: make(map[uint32]slotObject), refs: make(map[Object]statemem.Ref), attached: make(map[Slot]*Session),
 		stop: make(chan struct{}), stopped: make(chan struct{}),
 		perObject: m.cfg.MaxObjectBytes, maxItem: m.cfg.MaxItemBytes, ringBytes: queueRingBytes(m.cfg.QueueRingBytes)}
 	allocWaitTable(seg)
@@ -69,7 +160,9 @@ func (m *Manager) sweeper(f *fastPath) {
 			return
 		case <-t.C:
 			m.sweepFast(f)
-			f.trimQueues()
+			for _, fam := range ringFamilies {
+				fam.tick(f)
+			}
 		}
 	}
 }
@@ -81,15 +174,15 @@ func (m *Manager) sweeper(f *fastPath) {
 // daemon bit with no daemon waiters queued is cleared; an heir field
 // naming no live slot is cleared; a Semaphore latch
 // naming no live attached session is taken over (and its books redone by
-// claim). It runs after every session end and every sweepEvery.
+// claim). The heir fields are repaired here, the rest by each family's
+// sweep. It runs after every session end and every sweepEvery.
 func (m *Manager) sweepFast(f *fastPath) {
 	f.mu.Lock()
-	objs := make([]Object, 0, len(f.byOff))
+	objs := make([]slotObject, 0, len(f.byOff))
 	var heirs []uint32 // offsets of the objects with an heir field
 	for off, o := range f.byOff {
 		objs = append(objs, o)
-		switch o.(type) {
-		case *Lock, *RLock, *Semaphore:
+		if statemem.HasHeir(f.refs[o.obj].Kind()) {
 			heirs = append(heirs, off)
 		}
 	}
@@ -104,35 +197,7 @@ func (m *Manager) sweepFast(f *fastPath) {
 		}
 	}
 	for _, o := range objs {
-		switch o := o.(type) {
-		case *Lock:
-			o.mu.Lock()
-			if p := o.st.Owner(); p != 0 && o.dead == nil && !live(p) {
-				o.handOn()
-			}
-			o.waiters.clearStray()
-			o.mu.Unlock()
-		case *RLock:
-			o.mu.Lock()
-			if p, _, _ := o.st.Owner(); p != 0 && o.dead == nil && !live(p) {
-				o.handOn()
-			}
-			o.waiters.clearStray()
-			o.mu.Unlock()
-		case *Event:
-			o.mu.Lock()
-			o.waiters.clearStray()
-			o.mu.Unlock()
-		case *Semaphore:
-			o.mu.Lock()
-			if o.dead == nil {
-				if _, ok := o.tryClaim(); ok {
-					o.waiters.clearStray()
-					o.commit(0)
-				}
-			}
-			o.mu.Unlock()
-		}
+		o.fam.sweep(o.obj, live)
 	}
 }
 
@@ -203,69 +268,57 @@ func (m *Manager) AttachFastPath(s *Session) bool {
 // releaseSlotWords runs when s ends: every Lock and RLock whose word names
 // s's slot is handed on (to the next daemon waiter) or freed (waking the
 // futex sleepers), as the session's own holds were, and every Semaphore
-// unit its ledger entries count is given back. It runs before the slot is
-// unpinned, so no later session can be named by those words.
+// unit its ledger entries count is given back (the families'
+// sessionEnded); then its waits and heir reservations end (endWaits), and
+// what it held in rings (the ring families' slotEnded). It runs before the
+// slot is unpinned, so no later session can be named by those words.
 func (m *Manager) releaseSlotWords(f *fastPath, s *Session) {
 	for _, off := range f.seg.Owned(uint32(s.Slot())) {
 		f.mu.Lock()
-		obj := f.byOff[off]
+		obj := f.byOff[off].obj
 		f.mu.Unlock()
 		if h, ok := obj.(holder); ok {
 			h.releaseSession(s)
 		}
 	}
-	// Every Semaphore, not only those whose words name the slot now: a
+	// Every object, not only those whose words name the slot now: a
 	// Semaphore whose latch another op just took over reads neither the
 	// slot's latch nor its (not yet recounted) units.
 	f.mu.Lock()
-	var sems []*Semaphore
-	for _, obj := range f.byOff {
-		if sem, ok := obj.(*Semaphore); ok {
-			sems = append(sems, sem)
-		}
+	objs := make([]slotObject, 0, len(f.byOff))
+	for _, o := range f.byOff {
+		objs = append(objs, o)
 	}
 	f.mu.Unlock()
-	for _, sem := range sems {
-		sem.releaseSession(s)
+	for _, o := range objs {
+		o.fam.sessionEnded(o.obj, s)
 	}
 	f.endWaits(s)
-	f.releaseQueueSlots(s.Slot())
+	for _, fam := range ringFamilies {
+		fam.slotEnded(f, s.Slot())
+	}
 	f.mu.Lock()
 	delete(f.attached, s.Slot())
 	f.mu.Unlock()
 	m.sweepFast(f)
 }
 
-// bindFast moves a new object's words into the segment. A full segment is
-// not an error: the object stays on the socket path.
+// bindFast moves a new object's words into the segment (or its state into
+// memory of its own), as its family does it. A full segment is not an
+// error: the object stays on the socket path.
 func (m *Manager) bindFast(obj Object) {
 	f := m.fast
 	if f == nil {
 		return
 	}
-	switch o := obj.(type) {
-	case *Lock:
-		f.bind(o, statemem.KindLock, &o.mu, &o.st.W0, &o.st.TID, &o.st.Since)
-	case *RLock:
-		f.bind(o, statemem.KindRLock, &o.mu, &o.st.W0, &o.st.TID, &o.st.Since)
-	case *Event:
-		f.bind(o, statemem.KindEvent, &o.mu, &o.st.W0, nil, nil)
-	case *Semaphore:
-		m.bindSemaphore(f, o)
-	case *Queue:
-		f.bindQueue(o, f.perObject)
-	case *Value:
-		if o.numeric() {
-			f.bind(o, statemem.KindValue, &o.mu, nil, &o.cell.Bits, nil)
-		}
-	case *Condition:
-		if r, ok := o.lock.(*RLock); ok && r.name == o.name+".lock" {
-			f.bind(r, statemem.KindRLock, &r.mu, &r.st.W0, &r.st.TID, &r.st.Since)
-		}
+	if fam := fastByKind[obj.Kind()]; fam != nil {
+		fam.bind(f, obj)
 	}
 }
 
-func (f *fastPath) bind(obj Object, kind uint8, mu *sync.Mutex, state, aux, since *Word) {
+// bindWords moves obj's words into a new slot of kind (nil words are not
+// obj's) and records it as fam's.
+func (f *fastPath) bindWords(obj Object, fam wordFamily, kind uint8, mu *sync.Mutex, state, aux, since *Word) {
 	ref, err := f.seg.Alloc(kind, 0, 0)
 	if err != nil {
 		return
@@ -281,14 +334,14 @@ func (f *fastPath) bind(obj Object, kind uint8, mu *sync.Mutex, state, aux, sinc
 		since.Bind(f.seg.Since(ref.Off))
 	}
 	mu.Unlock()
-	f.remember(obj, ref)
+	f.remember(obj, fam, ref)
 }
 
-// remember records that obj's words are at ref.
-func (f *fastPath) remember(obj Object, ref statemem.Ref) {
+// remember records that obj's words, of family fam, are at ref.
+func (f *fastPath) remember(obj Object, fam wordFamily, ref statemem.Ref) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.byOff[ref.Off] = obj
+	f.byOff[ref.Off] = slotObject{obj, fam}
 	f.refs[obj] = ref
 }
 
@@ -305,34 +358,20 @@ func (f *fastPath) forget(obj Object) (statemem.Ref, bool) {
 }
 
 // unbindFast gives a removed object's words back to Go memory and frees its
-// slot; a client still using the offset finds the daemon bit set and asks
-// the daemon, which no longer knows the object.
+// slot, as its family does it; a client still using the offset finds the
+// daemon bit set and asks the daemon, which no longer knows the object.
 func (m *Manager) unbindFast(obj Object) {
 	f := m.fast
 	if f == nil {
 		return
 	}
-	switch o := obj.(type) {
-	case *Lock:
-		f.unbind(o, &o.mu, &o.st.W0, &o.st.TID, &o.st.Since)
-	case *RLock:
-		f.unbind(o, &o.mu, &o.st.W0, &o.st.TID, &o.st.Since)
-	case *Event:
-		f.unbind(o, &o.mu, &o.st.W0, nil, nil)
-	case *Semaphore:
-		f.unbindSemaphore(o)
-	case *Queue:
-		f.unbindQueue(o)
-	case *Value:
-		f.unbind(o, &o.mu, nil, &o.cell.Bits, nil)
-	case *Condition:
-		if r, ok := o.lock.(*RLock); ok && r.name == o.name+".lock" {
-			f.unbind(r, &r.mu, &r.st.W0, &r.st.TID, &r.st.Since)
-		}
+	if fam := fastByKind[obj.Kind()]; fam != nil {
+		fam.unbind(f, obj)
 	}
 }
 
-func (f *fastPath) unbind(obj Object, mu *sync.Mutex, state, aux, since *Word) {
+// unbindWords gives back the words bindWords bound.
+func (f *fastPath) unbindWords(obj Object, mu *sync.Mutex, state, aux, since *Word) {
 	ref, ok := f.forget(obj)
 	if !ok {
 		return
@@ -351,50 +390,4 @@ func (f *fastPath) unbind(obj Object, mu *sync.Mutex, state, aux, since *Word) {
 	}
 	mu.Unlock()
 	f.seg.Free(ref.Off)
-}
-
-// bindSemaphore moves a Semaphore's word into the segment and gives it a
-// ledger there.
-func (m *Manager) bindSemaphore(f *fastPath, o *Semaphore) {
-	kind, bound := statemem.KindSemaphore, uint64(0)
-	if o.bounded {
-		kind, bound = statemem.KindBoundedSemaphore, uint64(o.initial)
-	}
-	ref, err := f.seg.AllocSemaphore(kind, 0, bound)
-	if err != nil {
-		return
-	}
-	o.mu.Lock()
-	o.st.W0.Bind(f.seg.State(ref.Off))
-	o.st.Ledger = f.seg.LedgerEntries(ref.Off)
-	o.gone = f.slotGone
-	o.pin = m.slots.Pin
-	o.mu.Unlock()
-	f.remember(o, ref)
-}
-
-// unbindSemaphore takes a removed Semaphore off the segment. It runs under
-// the manager's lock, so it never waits for the latch: when a client op is
-// in flight, the slot and the ledger are retired for good (never handed out
-// again) instead of freed, so that the op's late writes land nowhere
-// anyone reads. The units clients took by CAS are forgotten with the object.
-func (f *fastPath) unbindSemaphore(o *Semaphore) {
-	ref, ok := f.forget(o)
-	if !ok {
-		return
-	}
-	o.mu.Lock()
-	inFlight := o.st.Latched() != 0
-	statemem.MarkDaemon(f.seg.State(ref.Off))
-	o.st.W0.Unbind()
-	o.st.W0.update(func(x uint64) uint64 { return x &^ (latchMask | waitersBit | sleepersBit) })
-	o.st.Ledger = nil
-	o.gone = nil
-	o.pin = nil
-	o.mu.Unlock()
-	if inFlight {
-		f.seg.Retire(ref.Off)
-	} else {
-		f.seg.Free(ref.Off)
-	}
 }

@@ -68,14 +68,11 @@ func (m *Manager) fastWaits() ([]FastWaiter, map[Object]int) {
 		if s == nil || s.gone.Load() {
 			continue
 		}
-		obj := f.byOff[e.Off] // nil for anything but a live object's slot
-		if obj == nil {
+		o, ok := f.byOff[e.Off] // none for anything but a live object's slot
+		if !ok {
 			continue
 		}
-		op := "acquire"
-		if obj.Kind() == KindEvent {
-			op = "wait"
-		}
+		obj, op := o.obj, o.fam.waitOp()
 		t, ok := statemem.SinceTime(e.Since)
 		if !ok {
 			t = time.Now()
@@ -98,9 +95,8 @@ func (f *fastPath) endWaits(s *Session) {
 	entries := f.seg.Waiting(slot)
 	f.mu.Lock()
 	var locks, waited []uint32
-	for off, obj := range f.byOff {
-		switch obj.(type) {
-		case *Lock, *RLock, *Semaphore:
+	for off, o := range f.byOff {
+		if statemem.HasHeir(f.refs[o.obj].Kind()) {
 			locks = append(locks, off)
 		}
 	}
@@ -114,11 +110,8 @@ func (f *fastPath) endWaits(s *Session) {
 		waited = locks
 	}
 	for _, off := range locks {
-		switch uint8(atomic.LoadUint32(f.seg.Tag(off))) {
-		case statemem.KindLock, statemem.KindRLock, statemem.KindSemaphore, statemem.KindBoundedSemaphore:
-			if statemem.DropHeir(f.seg.Heir(off), slot) {
-				statemem.WakeAll(f.seg.State(off))
-			}
+		if statemem.HasHeir(uint8(atomic.LoadUint32(f.seg.Tag(off)))) && statemem.DropHeir(f.seg.Heir(off), slot) {
+			statemem.WakeAll(f.seg.State(off))
 		}
 	}
 	for _, off := range waited {

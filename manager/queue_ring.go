@@ -76,6 +76,20 @@ func queueRingBytes(n int64) uint64 {
 	return statemem.RingSize(n)
 }
 
+// queueFamily is the fast-path family of Queues and JoinableQueues (see
+// fastFamily): each has a ring of its own, outside the segment.
+type queueFamily struct{}
+
+func (queueFamily) kinds() []Kind { return []Kind{KindQueue, KindJoinableQueue} }
+
+func (queueFamily) bind(f *fastPath, obj Object) { f.bindQueue(obj.(*Queue), f.perObject) }
+
+func (queueFamily) unbind(f *fastPath, obj Object) { f.unbindQueue(obj.(*Queue)) }
+
+func (queueFamily) tick(f *fastPath) { f.trimQueues() }
+
+func (queueFamily) slotEnded(f *fastPath, slot Slot) { f.releaseQueueSlots(slot) }
+
 // trimQueues gives back the pages past the hot window of every ring that
 // was empty and unchanged since the sweeper's previous look (the sweeper
 // calls it every sweepEvery). It never waits for a latch.

@@ -155,6 +155,16 @@ func (s *Segment) ClearWaiting(slot uint32) {
 // Heir returns the heir field of the Lock or RLock at off.
 func (s *Segment) Heir(off uint32) *uint32 { return (*uint32)(s.at(off, OffHeir)) }
 
+// HasHeir reports whether the objects of kind (a tag's kind code) have an
+// heir field: Locks, RLocks, Semaphores and BoundedSemaphores.
+func HasHeir(kind uint8) bool {
+	switch kind {
+	case KindLock, KindRLock, KindSemaphore, KindBoundedSemaphore:
+		return true
+	}
+	return false
+}
+
 // heirOf is the heir field beside a state word (w points into a segment's
 // object slot, whose byte 48 it is).
 func heirOf(w *uint64) *uint32 { return (*uint32)(unsafe.Add(unsafe.Pointer(w), OffHeir)) }
