@@ -8,7 +8,6 @@ import (
 	"os"
 	"runtime"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/syncmgr/syncmgr/statemem"
@@ -51,7 +50,41 @@ type fastWord struct {
 	since *uint64 // stamped when a Lock or RLock is taken, for status
 	taken *uint32 // a Semaphore's ledger entry of this session
 	kind  uint8
+	ops   *wordOps // by kind
 	alive <-chan struct{}
+}
+
+// wordKinds are the wire kinds whose handles use a word on the fast path,
+// one line each.
+var wordKinds = map[string]bool{
+	wire.KindLock:             true,
+	wire.KindRLock:            true,
+	wire.KindCondition:        true, // its lock's word
+	wire.KindEvent:            true, // sync.go uses the word itself
+	wire.KindSemaphore:        true,
+	wire.KindBoundedSemaphore: true,
+}
+
+// wordOps is how a Mutex handle takes and gives back a word of one kind
+// (the kind in the slot's tag).
+type wordOps struct {
+	// ledger: the ops need this session's ledger entry (fastWord.taken);
+	// without one (a slot id past the ledger) the handle stays on the
+	// socket.
+	ledger bool
+	// acquire makes one attempt of at most d (see fastWord.acquire).
+	acquire func(f *fastWord, tid int64, d time.Duration, wt *statemem.Wait) statemem.Result
+	release func(f *fastWord, tid int64) statemem.Result
+}
+
+// wordOpsByKind are the ops of each tag kind, one line each (each kind's
+// are in a file of its own: fast_lock.go, fast_semaphore.go); any other
+// kind (an Event's, whose handle never acquires) has lockOps.
+var wordOpsByKind = map[uint8]*wordOps{
+	statemem.KindLock:             &lockOps,
+	statemem.KindRLock:            &rlockOps,
+	statemem.KindSemaphore:        &semaphoreOps,
+	statemem.KindBoundedSemaphore: &semaphoreOps,
 }
 
 // FastPath reports whether the client uses the fast path, and if not why.
@@ -197,13 +230,7 @@ func (r *rightsReader) Read(p []byte) (int, error) {
 
 // wordKind reports whether kind's state is a word this client uses on the
 // fast path.
-func wordKind(kind string) bool {
-	switch kind {
-	case wire.KindLock, wire.KindRLock, wire.KindCondition, wire.KindEvent, wire.KindSemaphore, wire.KindBoundedSemaphore:
-		return true
-	}
-	return false
-}
+func wordKind(kind string) bool { return wordKinds[kind] }
 
 // fastRef looks up h's words; nil means the socket path. hint is the
 // create reply's "fp" (the fastpath_ref answer it carries); without it,
@@ -234,7 +261,10 @@ func (c *Client) fastRef(ctx context.Context, h Handle, hint any) *fastWord {
 		return nil // deleted and reused since the reply
 	}
 	f := &fastWord{fp: fp, w: fp.seg.State(o), aux: fp.seg.Aux(o), since: fp.seg.Since(o), kind: uint8(tag), alive: c.done}
-	if f.kind == statemem.KindSemaphore || f.kind == statemem.KindBoundedSemaphore {
+	if f.ops = wordOpsByKind[f.kind]; f.ops == nil {
+		f.ops = &lockOps
+	}
+	if f.ops.ledger {
 		if f.taken = fp.seg.Ledger(o, fp.slot); f.taken == nil {
 			return nil // a slot id past the ledger: units through the daemon
 		}
@@ -272,16 +302,7 @@ func (f *fastWord) acquire(ctx context.Context, tid int64, wait bool, deadline t
 				}
 			}
 		}
-		if f.taken != nil {
-			r = statemem.SemAcquireWait(f.w, f.taken, f.fp.slot, d, wt)
-		} else if f.kind == statemem.KindRLock {
-			r = statemem.RLockAcquireWait(f.w, f.aux, f.fp.slot, tid, d, wt)
-			if r == statemem.OK && atomic.LoadUint64(f.w)>>statemem.DepthShift == 1 {
-				statemem.Stamp(f.since) // the outermost acquire
-			}
-		} else if r = statemem.LockAcquireWait(f.w, f.aux, f.fp.slot, tid, d, wt); r == statemem.OK {
-			statemem.Stamp(f.since)
-		}
+		r = f.ops.acquire(f, tid, d, wt)
 		if r != statemem.Busy || d == 0 {
 			return r, nil
 		}
@@ -297,12 +318,4 @@ func (f *fastWord) acquire(ctx context.Context, tid int64, wait bool, deadline t
 	}
 }
 
-func (f *fastWord) release(tid int64) statemem.Result {
-	if f.taken != nil {
-		return statemem.SemRelease(f.w, f.taken, f.fp.slot)
-	}
-	if f.kind == statemem.KindRLock {
-		return statemem.RLockRelease(f.w, f.aux, f.fp.slot, tid)
-	}
-	return statemem.LockRelease(f.w, f.aux)
-}
+func (f *fastWord) release(tid int64) statemem.Result { return f.ops.release(f, tid) }
