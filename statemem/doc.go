@@ -44,6 +44,10 @@
 // checks what it reads against the layout the daemon's reply gave, and
 // answers Daemon (send the op over the socket) for anything it cannot do.
 //
+// The word ops are in ops.go (what every family shares) and one file per
+// family, as the C extension's are: ops_lock.go, ops_semaphore.go,
+// ops_event_value.go.
+//
 // The layout (layout.go, waiters.go, ring.go) is the contract with the C
 // extension of the Python client (pyclient/csrc/); docs/protocol.md,
 // section "Same-host fast path", describes it for other implementations.
