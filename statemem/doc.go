@@ -49,6 +49,7 @@
 // ops_event_value.go.
 //
 // The layout (layout.go, waiters.go, ring.go) is the contract with the C
-// extension of the Python client (pyclient/csrc/); docs/protocol.md,
+// extension of the Python client (pyclient/csrc/), whose copy of every
+// constant layout_c_test.go compares with these; docs/protocol.md,
 // section "Same-host fast path", describes it for other implementations.
 package statemem

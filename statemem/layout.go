@@ -50,6 +50,10 @@ const (
 	OffTag   = 16
 	OffBound = 24
 	OffSince = 32
+	// maxCapacity is the most object slots a segment has, the header
+	// included (the C extension's MAX_SEGMENT is its size in bytes).
+	maxCapacity = 1 << 24
+
 	// OffLedger and OffLedgerLen: where a Semaphore's ledger is.
 	OffLedger    = 40
 	OffLedgerLen = 44

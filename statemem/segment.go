@@ -66,8 +66,8 @@ func Create(capacity int) (*Segment, error) {
 	if !littleEndian {
 		return nil, ErrBigEndian
 	}
-	if capacity < 2 || capacity > 1<<24 {
-		return nil, fmt.Errorf("statemem: capacity %d out of range [2, %d]", capacity, 1<<24)
+	if capacity < 2 || capacity > maxCapacity {
+		return nil, fmt.Errorf("statemem: capacity %d out of range [2, %d]", capacity, maxCapacity)
 	}
 	fd, mem, err := sealedMemory("state", int64(capacity)*SlotSize, true)
 	if err != nil {
@@ -118,7 +118,7 @@ func OpenFD(fd int, size int64) (*Segment, error) {
 	if !littleEndian {
 		return nil, ErrBigEndian
 	}
-	if size < 2*SlotSize || size%SlotSize != 0 || size > (1<<24)*SlotSize {
+	if size < 2*SlotSize || size%SlotSize != 0 || size > maxCapacity*SlotSize {
 		return nil, fmt.Errorf("%w: size %d", ErrBadSegment, size)
 	}
 	if err := checkFD(fd, size); err != nil {
