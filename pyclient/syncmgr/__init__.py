@@ -29,6 +29,7 @@ An op's semantics and its undo on the daemon live in the daemon's
 ``manager`` package; its wire form in docs/protocol.md.
 """
 
+from . import aio
 from . import shared_memory as _shm
 from ._connection import get_client as _get_client
 from ._containers import DictProxy, ListProxy, NamespaceProxy
@@ -82,6 +83,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Manager",
+    "aio",
     "connect",
     "find_binary",
     "SharedMemory",

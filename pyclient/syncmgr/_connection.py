@@ -108,6 +108,11 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def session_id() -> bytes:
+    """This process's session id (a forked child gets its own)."""
+    return _session_id
+
+
 def default_address() -> str:
     """$SYNCMGR_ADDRESS, else the daemon's default socket path."""
     addr = os.environ.get("SYNCMGR_ADDRESS")
@@ -263,35 +268,12 @@ class Connection:
                 # client at work, not an idle connection holding a slot.
                 self._send([frame(packb({"t": "ready"}))])
             hello = msgpack.unpackb(self._recv_frame(_HANDSHAKE_MAX), raw=False)
-            if isinstance(hello, dict) and hello.get("t") == "error":
-                self._refused(hello)
-            if not isinstance(hello, dict) or hello.get("t") != "hello" or len(hello.get("nonce", b"")) != 32:
-                raise exc.ProtocolError(f"{self.address} does not speak the syncmgr protocol")
-            if PROTOCOL_VERSION not in hello.get("versions", []):
-                raise exc.ProtocolError(
-                    f"syncmgr at {self.address} speaks protocol versions {hello.get('versions')}, "
-                    f"this client {PROTOCOL_VERSION}"
-                )
-            if ready and not hello.get("ready"):
-                raise _NoReady()
-            ns = hello["nonce"]
-            nc = os.urandom(32)
-            self.max_frame = int(hello.get("max_frame", self.max_frame))
-            auth = {"t": "auth", "version": PROTOCOL_VERSION, "nonce": nc,
-                    "mac": hmac.new(key, _CLIENT_LABEL + ns + nc, hashlib.sha256).digest(),
-                    "session": session, "pid": os.getpid(), "label": current_label()}
-            self._send([frame(packb(auth))])
+            shake = Handshake(self.address, key, session, self._key_hint())
+            ns = shake.hello(hello, ready)
+            self.max_frame = shake.max_frame
+            self._send([frame(shake.auth(ns))])
             welcome = msgpack.unpackb(self._recv_frame(_HANDSHAKE_MAX), raw=False)
-            if isinstance(welcome, dict) and welcome.get("t") == "error":
-                self._refused(welcome)
-            if not isinstance(welcome, dict) or welcome.get("t") != "welcome":
-                raise exc.ProtocolError(f"unexpected handshake reply from {self.address}")
-            expect = hmac.new(key, _SERVER_LABEL + nc + ns, hashlib.sha256).digest()
-            if not hmac.compare_digest(welcome.get("mac", b""), expect):
-                raise exc.AuthenticationError(
-                    f"the server at {self.address} did not prove it knows the authkey{self._key_hint()}")
-            self.boot_id = welcome.get("boot_id", "")
-            self.run_id = str(welcome.get("run", ""))
+            self.boot_id, self.run_id = shake.welcome(welcome)
         except (exc.ServerGoneError, ConnectionResetError, BrokenPipeError) as e:
             # Closed before the handshake ended: the daemon dropped us to make
             # room (too many connections in the handshake) or is stopping.
@@ -304,14 +286,6 @@ class Connection:
                 raise
             raise exc.ConnectError(f"handshake with syncmgr at {self.address} failed: {e}") from e
         self.sock.settimeout(None)
-
-    def _refused(self, msg: dict[str, Any]) -> None:
-        code, message = msg.get("code", ""), msg.get("message", "")
-        if code == "auth_failed":
-            raise exc.AuthenticationError(f"syncmgr at {self.address} refused this client: {message}{self._key_hint()}")
-        e = exc.from_code(code, f"syncmgr at {self.address}: {message}")
-        e.retry_after = _retry_hint(msg)  # type: ignore[attr-defined]
-        raise e
 
     def _key_hint(self) -> str:
         """What an authentication error adds: where the key came from, and
@@ -395,6 +369,41 @@ class Connection:
             raise exc.ProtocolError(f"malformed reply from syncmgr at {self.address}: {e}") from None
         return rid, err, result
 
+    def recv_reply_with_fds(self, maxfds: int) -> tuple[int, Any, Any, list[int]]:
+        """The next reply, as recv_reply gives it, and the descriptors that
+        came with it (SCM_RIGHTS, up to maxfds a read; Unix sockets only).
+        The caller closes them; if this raises, they are closed here.
+
+        Descriptors ride on the reply's first bytes, which only recvmsg
+        receives, so nothing may have been read ahead of the reply (else
+        ProtocolError), and this reads the reply's bytes and no more: what
+        the daemon sends after it stays in the socket for whoever reads
+        there next. A reply with descriptors fits the receive buffer."""
+        if self._rstart != self._rend:
+            raise exc.ProtocolError(f"unexpected bytes before a reply from syncmgr at {self.address}")
+        self._rstart = self._rend = 0
+        fds: list[int] = []
+        try:
+            need = 4
+            while self._rend < need:
+                data, got, _, _ = socket.recv_fds(self.sock, need - self._rend, maxfds)
+                fds += got
+                if not data:
+                    raise exc.ServerGoneError(f"syncmgr at {self.address} closed the connection")
+                self._rbuf[self._rend:self._rend + len(data)] = data
+                self._rend += len(data)
+                if need == 4 and self._rend == 4:
+                    (n,) = HEADER.unpack_from(self._rbuf, 0)
+                    if n > len(self._rbuf) - 4:
+                        raise exc.ProtocolError(f"syncmgr at {self.address} sent a frame of {n} bytes")
+                    need += n
+            rid, err, result = self.recv_reply()
+            return rid, err, result, fds
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            raise
+
     def close(self) -> None:
         if not self.closed:
             self.closed = True
@@ -442,6 +451,66 @@ def _notice_in(data: bytes) -> Optional[exc.SyncMgrError]:
     except (ValueError, TypeError, IndexError, msgpack.UnpackException):
         pass
     return None
+
+
+class Handshake:
+    """The client's side of the handshake (docs/protocol.md section 3),
+    without I/O: each step checks the daemon's message and says what to
+    send, so the blocking connection and the asyncio one (syncmgr.aio)
+    speak it alike. Errors are those of a refused or failed handshake."""
+
+    def __init__(self, address: str, key: bytes, session: bytes, key_hint: str = "") -> None:
+        self.address = address
+        self.key = key
+        self.session = session
+        self.key_hint = key_hint  # appended to an authentication error
+        self.max_frame = 64 << 20
+        self._ns = self._nc = b""
+
+    def refused(self, msg: dict[str, Any]) -> exc.SyncMgrError:
+        """The error of an error frame the daemon answered the handshake with."""
+        code, message = msg.get("code", ""), msg.get("message", "")
+        if code == "auth_failed":
+            return exc.AuthenticationError(f"syncmgr at {self.address} refused this client: {message}{self.key_hint}")
+        e = exc.from_code(code, f"syncmgr at {self.address}: {message}")
+        e.retry_after = _retry_hint(msg)  # type: ignore[attr-defined]
+        return e
+
+    def hello(self, hello: Any, ready: bool) -> bytes:
+        """Check the daemon's hello (ready: the client spoke first) and
+        return its nonce."""
+        if isinstance(hello, dict) and hello.get("t") == "error":
+            raise self.refused(hello)
+        if not isinstance(hello, dict) or hello.get("t") != "hello" or len(hello.get("nonce", b"")) != 32:
+            raise exc.ProtocolError(f"{self.address} does not speak the syncmgr protocol")
+        if PROTOCOL_VERSION not in hello.get("versions", []):
+            raise exc.ProtocolError(
+                f"syncmgr at {self.address} speaks protocol versions {hello.get('versions')}, "
+                f"this client {PROTOCOL_VERSION}"
+            )
+        if ready and not hello.get("ready"):
+            raise _NoReady()
+        self.max_frame = int(hello.get("max_frame", self.max_frame))
+        return bytes(hello["nonce"])
+
+    def auth(self, ns: bytes) -> bytes:
+        """The auth message's body, proving the key over the daemon's nonce."""
+        self._ns, self._nc = ns, os.urandom(32)
+        return packb({"t": "auth", "version": PROTOCOL_VERSION, "nonce": self._nc,
+                      "mac": hmac.new(self.key, _CLIENT_LABEL + ns + self._nc, hashlib.sha256).digest(),
+                      "session": self.session, "pid": os.getpid(), "label": current_label()})
+
+    def welcome(self, welcome: Any) -> tuple[str, str]:
+        """Check the daemon's proof of the key; return its boot id and run id."""
+        if isinstance(welcome, dict) and welcome.get("t") == "error":
+            raise self.refused(welcome)
+        if not isinstance(welcome, dict) or welcome.get("t") != "welcome":
+            raise exc.ProtocolError(f"unexpected handshake reply from {self.address}")
+        expect = hmac.new(self.key, _SERVER_LABEL + self._nc + self._ns, hashlib.sha256).digest()
+        if not hmac.compare_digest(welcome.get("mac", b""), expect):
+            raise exc.AuthenticationError(
+                f"the server at {self.address} did not prove it knows the authkey{self.key_hint}")
+        return welcome.get("boot_id", ""), str(welcome.get("run", ""))
 
 
 class _NoReady(Exception):

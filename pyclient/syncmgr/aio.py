@@ -1,0 +1,685 @@
+"""asyncio: awaitable forms of syncmgr's blocking ops.
+
+Every proxy has ``proxy.aio``, an awaitable view of the same object (for
+proxies that arrive by pickle, as in a Ray async actor)::
+
+    async with lock.aio:            # Lock, RLock, Semaphore, BoundedSemaphore
+        ...
+    await lock.aio.acquire(timeout=1.0)
+    await event.aio.wait()
+    async with cond.aio:
+        await cond.aio.wait_for(lambda: ready.value)
+    await barrier.aio.wait()
+    item = await q.aio.get()
+    await q.aio.put(item)
+    items = await q.aio.get_many(64)
+    await jq.aio.join()
+
+``syncmgr.aio.Manager()`` and ``syncmgr.aio.connect()`` return managers
+whose factories return such views directly. Non-blocking ops (``release``,
+``set``, ``qsize``, ``put_nowait``...) stay plain calls on the view.
+
+How it waits, with no thread per wait:
+
+* **On the socket path** a wait is a request in flight on one connection
+  per event loop and daemon, shared by every coroutine of that loop; the
+  daemon answers each under its request id when the wait ends, and bounds
+  it by the ``timeout`` given.
+* **On the fast path** an op that can complete at once does so inline (a C
+  call on the object's word or ring, as the blocking API's); when it would
+  wait, the wait goes to the daemon as above, which arbitrates the same
+  word or ring (the fast path's own waiters park there too).
+
+Cancellation (``task.cancel()``, ``asyncio.timeout``, ``asyncio.wait_for``)
+takes nothing: the request is cancelled on the daemon and its outcome
+awaited (one round trip), and a grant that raced the cancellation is given
+back before the cancellation goes on (a lock released, an item put back at
+the head of its queue). A cancelled ``Condition.wait`` takes the
+lock back before the cancellation goes on, as ``asyncio.Condition.wait``
+does. A ``put`` is the exception the daemon cannot undo: one cancelled after
+the daemon stored its item leaves the item stored (as a put whose reply was
+lost would).
+
+Ownership: a Lock or Semaphore taken through a view belongs to the process
+(its session), as one taken by a thread does. An RLock's and a Condition's
+owner is the task: each task holds its own count, as with threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+import socket
+import ssl
+import threading
+import weakref
+from typing import Any, Callable, Optional, TypeVar
+
+import msgpack
+
+from . import _fast, _values
+from . import exceptions as exc
+from ._args import check_count, timeout_arg
+from ._connection import (
+    _HANDSHAKE_MAX,
+    CONNECT_TIMEOUT,
+    Handshake,
+    Route,
+    _check_server_uid,
+    get_client,
+    session_id,
+)
+from ._framing import HEADER, bin_array, check_size, encode_request, frame, packb
+from ._manager import Manager as _SyncManager
+from ._manager import connect as _sync_connect
+from ._proxies import (
+    AcquirerProxy,
+    BarrierProxy,
+    BaseProxy,
+    ConditionProxy,
+    EventProxy,
+    JoinableQueueProxy,
+    QueueProxy,
+)
+from ._tls import check_pin, pinned_tls_context
+
+__all__ = ["AsyncClient", "Manager", "connect", "view"]
+
+# How long a cancelled request's outcome is awaited (the daemon answers a
+# cancel at once; this bounds a daemon that has stopped answering).
+_SETTLE_TIMEOUT = 10.0
+
+T = TypeVar("T")
+Undo = Callable[[Any], None]
+
+
+# --------------------------------------------------------------------------
+# the transport: one connection per event loop and daemon
+
+
+class _Protocol(asyncio.Protocol):
+    """Frames in and out of one connection. During the handshake whole
+    frames go to ``frames``; afterwards each reply resolves the future of
+    its request id."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.transport: Optional[asyncio.Transport] = None
+        self.buf = bytearray()
+        self.frames: asyncio.Queue[Any] = asyncio.Queue()
+        self.pending: dict[int, tuple[asyncio.Future[Any], Optional[Undo]]] = {}
+        self.handshaking = True
+        self.lost: Optional[BaseException] = None
+        self.max_frame = 64 << 20
+        self._writable = asyncio.Event()
+        self._writable.set()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        while len(self.buf) >= 4:
+            (n,) = HEADER.unpack_from(self.buf, 0)
+            limit = _HANDSHAKE_MAX if self.handshaking else self.max_frame + 4096
+            if n == 0 or n > limit:
+                self._fail(exc.ProtocolError(f"syncmgr at {self.address} sent a frame of {n} bytes"))
+                return
+            if len(self.buf) < 4 + n:
+                return
+            body = bytes(self.buf[4:4 + n])
+            del self.buf[:4 + n]
+            try:
+                msg = msgpack.unpackb(body, raw=False)
+            except (ValueError, TypeError, msgpack.UnpackException) as e:
+                self._fail(exc.ProtocolError(f"malformed frame from syncmgr at {self.address}: {e}"))
+                return
+            if self.handshaking:
+                self.frames.put_nowait(msg)
+            else:
+                self._reply(msg)
+
+    def _reply(self, msg: Any) -> None:
+        try:
+            rid, err, result = msg
+        except (TypeError, ValueError):
+            self._fail(exc.ProtocolError(f"malformed reply from syncmgr at {self.address}"))
+            return
+        if rid == 0:
+            if err:  # the daemon's notice (it is shutting down): every waiter gets it
+                self._fail(exc.from_code(err[0], err[1]))
+            return
+        entry = self.pending.pop(rid, None)
+        if entry is None:
+            return  # the reply to a request nobody waits for any more (its cancel's own answer)
+        fut, undo = entry
+        if fut.cancelled():
+            # The waiter was cancelled while its reply was on the way: give
+            # back what the reply grants, so that nothing is taken in its name.
+            if err is None and undo is not None:
+                undo(result)
+            return
+        fut.set_result((err, result))
+
+    def connection_lost(self, err: Optional[Exception]) -> None:
+        self._fail(exc.ServerGoneError(f"the connection to syncmgr at {self.address} was lost"
+                                       + (f": {err}" if err else "")))
+
+    def _fail(self, e: BaseException) -> None:
+        if self.lost is None:
+            self.lost = e
+        pending, self.pending = self.pending, {}
+        for fut, _ in pending.values():
+            if not fut.done():
+                fut.set_exception(e)
+        if self.handshaking:
+            self.frames.put_nowait(e)
+        self._writable.set()
+        if self.transport is not None:
+            self.transport.close()
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+
+    def write(self, parts: list[Any]) -> None:
+        assert self.transport is not None
+        self.transport.writelines(parts)
+
+    async def drain(self) -> None:
+        await self._writable.wait()
+
+    async def next_frame(self) -> Any:
+        msg = await self.frames.get()
+        if isinstance(msg, BaseException):
+            raise msg
+        return msg
+
+
+async def _open(route: Route, session: bytes) -> _Protocol:
+    """A new authenticated connection to route's daemon, in the running loop."""
+    loop = asyncio.get_running_loop()
+    address = route.dial
+    proto = _Protocol(address)
+    try:
+        if address.startswith("tcp://"):
+            host, _, port = address[len("tcp://"):].rpartition(":")
+            host = host.strip("[]")
+            ctx = route.ssl_context if route.pin is None else (route.ssl_context or pinned_tls_context())
+            name = None if ctx is None or route.pin is not None else host
+            transport, _ = await asyncio.wait_for(
+                loop.create_connection(lambda: proto, host, int(port), ssl=ctx, server_hostname=name),
+                CONNECT_TIMEOUT)
+            sock = transport.get_extra_info("socket")
+            if sock is not None:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if route.pin is not None:
+                check_pin(transport.get_extra_info("ssl_object"), route.pin, address, route.peer)
+        else:
+            path = address[len("unix://"):] if address.startswith("unix://") else address
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.setblocking(False)
+            try:
+                await asyncio.wait_for(loop.sock_connect(sock, path), CONNECT_TIMEOUT)
+                _check_server_uid(sock, address)
+            except (FileNotFoundError, ConnectionRefusedError) as e:
+                sock.close()
+                raise exc.ConnectError(
+                    f"no syncmgr daemon is running at {address} ({e.strerror}): start one with `syncmgr serve` "
+                    "(or use syncmgr.Manager() for a private one), or set SYNCMGR_ADDRESS to a running daemon's "
+                    "address") from e
+            except BaseException:
+                sock.close()
+                raise
+            await loop.create_unix_connection(lambda: proto, sock=sock)
+    except (OSError, ValueError, asyncio.TimeoutError, ssl.SSLError) as e:
+        if isinstance(e, exc.SyncMgrError):
+            raise
+        raise exc.ConnectError(f"cannot connect to syncmgr at {address}: {e}") from e
+    try:
+        shake = Handshake(address, route.key, session,
+                          f" (the key came from {route.key_source})" if route.key_source else "")
+        proto.write([frame(packb({"t": "ready"}))])
+        ns = shake.hello(await asyncio.wait_for(proto.next_frame(), CONNECT_TIMEOUT), True)
+        proto.max_frame = shake.max_frame
+        proto.write([frame(shake.auth(ns))])
+        shake.welcome(await asyncio.wait_for(proto.next_frame(), CONNECT_TIMEOUT))
+    except BaseException as e:
+        proto._fail(exc.ConnectError(f"handshake with syncmgr at {address} failed"))
+        if isinstance(e, (asyncio.TimeoutError, exc.ServerGoneError)):
+            raise exc.ConnectError(f"handshake with syncmgr at {address} failed: {e or 'timed out'}") from e
+        raise
+    proto.handshaking = False
+    if proto.buf:  # a reply cannot come before a request, but keep the stream in step
+        proto.data_received(b"")
+    return proto
+
+
+class AsyncClient:
+    """One event loop's connection to one daemon: the asyncio transport.
+    Requests from every coroutine of the loop share it, each under its own
+    id; a lost connection fails the requests in flight (their grants, never
+    delivered, are undone by the daemon) and the next call connects again."""
+
+    def __init__(self, address: str, route: Route) -> None:
+        self.address = address
+        self.route = route
+        self._ids = itertools.count(1)
+        self._proto: Optional[_Protocol] = None
+        self._connecting: Optional[asyncio.Future[_Protocol]] = None
+
+    async def _conn(self) -> _Protocol:
+        p = self._proto
+        if p is not None and p.lost is None:
+            return p
+        if self._connecting is None:
+            self._connecting = asyncio.ensure_future(_open(self.route, session_id()))
+        connecting = self._connecting
+        try:
+            p = await asyncio.shield(connecting)
+        finally:
+            if connecting.done():
+                self._connecting = None
+        self._proto = p
+        return p
+
+    async def call(self, op: str, args: dict[str, Any], *, blob_key: Optional[str] = None, blob: Any = None,
+                   undo: Optional[Undo] = None) -> Any:
+        """Send one request and await its result. Cancelled while waiting,
+        the request is cancelled on the daemon and undo gets a result that
+        raced in (see the module docstring)."""
+        p = await self._conn()
+        rid = next(self._ids)
+        req = encode_request(rid, op, args, blob_key, blob)
+        check_size(req, p.max_frame, op)
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        p.pending[rid] = (fut, undo)
+        p.write(req)
+        try:
+            await p.drain()
+            err, result = await fut
+        except asyncio.CancelledError:
+            if p.lost is None and rid in p.pending:
+                await self._settle(p, rid, undo)
+            raise
+        if err is not None:
+            raise exc.from_code(err[0], err[1])
+        return result
+
+    async def _settle(self, p: _Protocol, rid: int, undo: Optional[Undo]) -> None:
+        """After the caller of request rid was cancelled: cancel it on the
+        daemon and wait for its outcome (the daemon answers every request),
+        so that a grant that raced the cancellation is given back (undo)
+        before the cancellation goes on. Cancelled again meanwhile, the
+        outcome is left to the reader, which undoes it when it comes."""
+        outcome: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        p.pending[rid] = (outcome, undo)
+        p.write(encode_request(0, "cancel", {"id": rid}))
+        try:
+            err, result = await asyncio.wait_for(asyncio.shield(outcome), _SETTLE_TIMEOUT)
+        except (asyncio.CancelledError, asyncio.TimeoutError, exc.SyncMgrError):
+            outcome.cancel()  # (a no-op once it has its result: the connection was lost)
+            return
+        if err is None and undo is not None:
+            undo(result)
+
+    def notify(self, op: str, args: dict[str, Any]) -> None:
+        """Send a request that needs no reply (an undo), if connected."""
+        p = self._proto
+        if p is not None and p.lost is None:
+            p.write(encode_request(0, op, args))
+
+    def close(self) -> None:
+        p, self._proto = self._proto, None
+        if p is not None and p.transport is not None:
+            p.transport.close()
+
+
+_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, AsyncClient]] = weakref.WeakKeyDictionary()
+_clients_lock = threading.Lock()
+
+
+def client_for(proxy: BaseProxy) -> AsyncClient:
+    """The running loop's AsyncClient for proxy's daemon (made on first use,
+    forgotten with its loop; it reaches the daemon as the proxy's own client
+    does: same route, key and TLS)."""
+    loop = asyncio.get_running_loop()
+    address = proxy._client.address
+    with _clients_lock:
+        per_loop = _clients.setdefault(loop, {})
+        c = per_loop.get(address)
+        if c is None:
+            route = getattr(proxy._client, "route", None)
+            if route is None:
+                route = get_client(address).route
+            c = per_loop[address] = AsyncClient(address, route)
+    return c
+
+
+# --------------------------------------------------------------------------
+# views
+
+
+def _wait_arg(timeout: Optional[float]) -> Optional[float]:
+    """A wait's timeout (None: for ever), checked as the blocking API checks it."""
+    return timeout_arg(True, timeout, minus_one_forever=False)
+
+
+class View:
+    """An awaitable view of a proxy: its blocking ops as coroutines; every
+    other attribute is the proxy's own (non-blocking ops stay plain calls).
+    A view pickles as its proxy's view."""
+
+    def __init__(self, proxy: BaseProxy) -> None:
+        self._p = proxy
+
+    @property
+    def proxy(self) -> BaseProxy:
+        """The blocking proxy this view is of."""
+        return self._p
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._p, name)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (view, (self._p,))
+
+    def __repr__(self) -> str:
+        return f"<aio view of {self._p!r}>"
+
+    def _fast(self) -> bool:
+        return _fast.active(self._p)
+
+    async def _call(self, op: str, undo: Optional[Undo] = None, blob_key: Optional[str] = None, blob: Any = None,
+                    **args: Any) -> Any:
+        p = self._p
+        return await client_for(p).call(op, p._args(args), blob_key=blob_key, blob=blob, undo=undo)
+
+    def _notify(self, op: str, **args: Any) -> None:
+        args["kind"] = self._p._kind
+        args["name"] = self._p._name
+        client_for(self._p).notify(op, args)
+
+
+def _task_tid() -> int:
+    """The owner id of an RLock or Condition taken by the current task."""
+    task = asyncio.current_task()
+    return id(task) if task is not None else threading.get_ident()
+
+
+class AcquirerView(View):
+    """Lock, RLock, Semaphore, BoundedSemaphore: ``await acquire()``,
+    ``async with``."""
+
+    _p: AcquirerProxy
+
+    def _tid(self) -> int:
+        return _task_tid() if self._p._kind in ("rlock", "condition") else threading.get_ident()
+
+    async def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> bool:
+        tid = self._tid()
+        if not blocking:
+            if timeout is not None and timeout != -1:
+                raise ValueError("can't specify a timeout for a non-blocking call")
+            return self._p._acquired(await self._call("acquire", block=False, tid=tid))
+        t = timeout_arg(True, timeout, minus_one_forever=True)
+        if t is not None and t > threading.TIMEOUT_MAX:
+            raise OverflowError("timeout value is too large")
+        if self._fast() and self._p._kind in ("lock", "semaphore", "bounded_semaphore"):
+            if self._p.acquire(False):  # uncontended: inline, on the word
+                return True
+        got = await self._call("acquire", undo=lambda r: self._undo(r, tid), tid=tid, timeout=t)
+        return self._p._acquired(got)
+
+    def _undo(self, got: Any, tid: int) -> None:
+        if got is True:
+            self._notify("release", tid=tid)
+
+    def release(self) -> None:
+        """Release (a plain call, as it never waits)."""
+        if self._p._kind in ("rlock", "condition"):
+            self._p._call("release", tid=self._tid())
+            return
+        self._p.release()
+
+    async def __aenter__(self) -> bool:
+        return await self.acquire()
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        self.release()
+
+
+class EventView(View):
+    """Event: ``await wait()``."""
+
+    _p: EventProxy
+
+    async def wait(self, timeout: Optional[float] = None) -> bool:
+        if timeout is not None and not math.isnan(timeout) and timeout < 0:
+            timeout = 0.0
+        t = _wait_arg(timeout)
+        if self._fast() and self._p.is_set():
+            return True
+        return bool(await self._call("wait", timeout=t))
+
+
+class ConditionView(AcquirerView):
+    """Condition: ``async with``, ``await wait()``, ``await wait_for()``;
+    ``notify`` and ``notify_all`` are plain calls."""
+
+    _p: ConditionProxy
+
+    async def wait(self, timeout: Optional[float] = None) -> bool:
+        if timeout is not None and not math.isnan(timeout) and timeout < 0:
+            timeout = 0.0
+        t = _wait_arg(timeout)
+        tid = self._tid()
+        completed: list[Any] = []
+        try:
+            return bool(await self._call("wait", undo=completed.append, tid=tid, timeout=t))
+        except asyncio.CancelledError:
+            # The daemon released the lock for the wait; take it back before
+            # the cancellation goes on (asyncio.Condition.wait does the same),
+            # unless the wait completed (and took it back) first.
+            if not completed:
+                await asyncio.shield(self._reacquire(tid))
+            raise
+
+    async def _reacquire(self, tid: int) -> None:
+        await self._call("acquire", tid=tid)
+
+    async def wait_for(self, predicate: Callable[[], T], timeout: Optional[float] = None) -> T:
+        loop = asyncio.get_running_loop()
+        end = None if timeout is None else loop.time() + timeout
+        result = predicate()
+        while not result:
+            if end is not None:
+                left = end - loop.time()
+                if left <= 0:
+                    break
+                await self.wait(left)
+            else:
+                await self.wait()
+            result = predicate()
+        return result
+
+    def notify(self, n: int = 1) -> None:
+        self._p._call("notify", tid=self._tid(), n=n)
+
+    def notify_all(self) -> None:
+        self._p._call("notify_all", tid=self._tid())
+
+
+class BarrierView(View):
+    """Barrier: ``await wait()`` (the action runs in the process of the last
+    party to arrive, as with the blocking API)."""
+
+    _p: BarrierProxy
+
+    async def wait(self, timeout: Optional[float] = None) -> int:
+        if timeout is None:
+            timeout = self._p._timeout
+        t = _wait_arg(timeout)
+        res = await self._call("wait", timeout=t)
+        if res.get("action"):
+            try:
+                if self._p._action is not None:
+                    self._p._action()
+            except BaseException:
+                self._p._call("action_done", ok=False)
+                raise
+            self._p._call("action_done", ok=True)
+        return int(res["index"])
+
+
+class QueueView(View):
+    """Queue: ``await get()``, ``await put(item)``, ``await get_many(n)``,
+    ``await put_many(items)``."""
+
+    _p: QueueProxy
+
+    async def put(self, item: Any, timeout: Optional[float] = None) -> None:
+        t = _wait_arg(timeout)
+        if self._fast():
+            try:
+                self._p.put_nowait(item)
+                return
+            except exc.Full:
+                pass
+        await self._call("put", blob_key="item", blob=_values.dumps_parts(item), timeout=t)
+
+    async def put_many(self, items: Any, timeout: Optional[float] = None) -> None:
+        """All the items, adjacent and in order, or none (see put_many)."""
+        t = _wait_arg(timeout)
+        parts = [_values.dumps_parts(x) for x in items]
+        if not parts:
+            return
+        if self._fast():
+            try:
+                self._p.put_many(items, block=False)
+                return
+            except exc.Full:
+                pass
+        await self._call("put_many", blob_key="items", blob=bin_array(parts), timeout=t)
+
+    async def get(self, timeout: Optional[float] = None) -> Any:
+        t = _wait_arg(timeout)
+        if self._fast():
+            try:
+                return self._p.get_nowait()
+            except exc.Empty:
+                pass
+        data = await self._call("get", undo=self._unget, timeout=t)
+        return _values.loads(data)
+
+    async def get_many(self, max_items: int = 1 << 30, timeout: Optional[float] = None) -> list[Any]:
+        check_count(max_items)
+        t = _wait_arg(timeout)
+        if self._fast():
+            try:
+                return self._p.get_many(max_items, block=False)
+            except exc.Empty:
+                pass
+        datas = await self._call("get_many", undo=self._unget_many, n=min(max_items, 1 << 20), timeout=t)
+        return [_values.loads(d) for d in datas]
+
+    def _unget(self, data: Any) -> None:
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            self._notify("unget", item=bytes(data))
+
+    def _unget_many(self, datas: Any) -> None:
+        if isinstance(datas, list):
+            for d in reversed(datas):
+                self._unget(d)
+
+
+class JoinableQueueView(QueueView):
+    """JoinableQueue: the Queue's, and ``await join()``."""
+
+    _p: JoinableQueueProxy
+
+    async def join(self, timeout: Optional[float] = None) -> bool:
+        """Wait until every item put has been marked done (timeout: returns
+        False on expiry)."""
+        t = _wait_arg(timeout)
+        return bool(await self._call("join", timeout=t))
+
+
+def view(proxy: BaseProxy) -> View:
+    """The awaitable view of proxy (also ``proxy.aio``)."""
+    if isinstance(proxy, ConditionProxy):
+        return ConditionView(proxy)
+    if isinstance(proxy, AcquirerProxy):
+        return AcquirerView(proxy)
+    if isinstance(proxy, EventProxy):
+        return EventView(proxy)
+    if isinstance(proxy, BarrierProxy):
+        return BarrierView(proxy)
+    if isinstance(proxy, JoinableQueueProxy):
+        return JoinableQueueView(proxy)
+    if isinstance(proxy, QueueProxy):
+        return QueueView(proxy)
+    return View(proxy)
+
+
+# --------------------------------------------------------------------------
+# managers
+
+
+class _AioManager:
+    """A manager whose factories return awaitable views (``syncmgr.aio``).
+    Everything else is the blocking manager's."""
+
+    def __init__(self, m: Any) -> None:
+        self._m = m
+
+    @property
+    def manager(self) -> Any:
+        """The blocking manager underneath."""
+        return self._m
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._m, name)
+        if name[:1].isupper() and callable(attr):  # a factory: Lock, Queue, ...
+
+            def factory(*args: Any, **kwargs: Any) -> Any:
+                obj = attr(*args, **kwargs)
+                return view(obj) if isinstance(obj, BaseProxy) else obj
+
+            return factory
+        return attr
+
+    def start(self) -> _AioManager:
+        """Start the manager (its daemon, or its connection)."""
+        self._m.start()
+        return self
+
+    def __enter__(self) -> _AioManager:
+        self._m.__enter__()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self._m.__exit__(*exc_info)
+
+    async def __aenter__(self) -> _AioManager:
+        return self.start()
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        self._m.shutdown()
+
+
+def Manager(*args: Any, **kwargs: Any) -> Any:  # noqa: N802 - the multiprocessing name
+    """syncmgr.Manager(), started, whose factories return awaitable views."""
+    return _AioManager(_SyncManager(*args, **kwargs))
+
+
+def connect(*args: Any, **kwargs: Any) -> Any:
+    """syncmgr.connect(), whose factories return awaitable views."""
+    return _AioManager(_sync_connect(*args, **kwargs))
+
+
+BaseProxy.aio = property(view, doc="An awaitable view of this object (syncmgr.aio).")  # type: ignore[attr-defined]
