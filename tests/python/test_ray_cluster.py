@@ -8,6 +8,7 @@ self-made certificate; detached clusters; and what every wrong use gets.
 
 from __future__ import annotations
 
+import asyncio
 import glob
 import os
 import pickle
@@ -301,3 +302,46 @@ def test_a_late_node_gets_its_daemon_on_first_local_and_a_left_node_is_named(rc)
         _wait(lambda: not _pids_alive([pid]), 60, "the left node's daemon exits with its actor")
     finally:
         cluster.shutdown()
+
+
+@ray.remote(num_cpus=0)
+class _AsyncTaker:
+    """A Ray async actor: awaits syncmgr ops on its event loop."""
+
+    async def take(self, here_q, there_q, there_lock):
+        from syncmgr import _fast
+
+        got_here = await here_q.aio.get(timeout=30)  # its own node's daemon: the fast path
+        async with there_lock.aio:  # another node's daemon: over TCP+TLS
+            got_there = await there_q.aio.get(timeout=30)
+        waits = [asyncio.ensure_future(there_q.aio.get(timeout=30)) for _ in range(50)]
+        await asyncio.sleep(0.2)
+        cancelled = waits.pop()
+        cancelled.cancel()
+        return {"here": got_here, "there": got_there, "fast_here": _fast.active(here_q) == _fast.enabled_by_env(),
+                "dial_there": there_q._client.dial, "rest": await asyncio.gather(*waits)}
+
+
+def test_an_async_actor_awaits_on_its_node_and_over_tls(rc):
+    cluster = sray.start()
+    try:
+        nodes = cluster.nodes()
+        a, b = sorted(nodes)
+        made = {nid: ray.get(_pinned(_on_node_make, nid).remote(cluster, f"aq-{nid[:8]}"), timeout=120)
+                for nid in (a, b)}
+        there_lock = cluster.on(a).Lock(name=f"aq-{a[:8]}-lock")
+        actor = _pinned(_AsyncTaker, b).remote()
+        job = actor.take.remote(made[b]["q"], made[a]["q"], there_lock)
+        time.sleep(1.0)
+        feeder = cluster.on(a).Queue(name=f"aq-{a[:8]}")
+        for i in range(49):
+            feeder.put(i)
+        r = ray.get(job, timeout=120)
+        assert r["here"] == ("from", b) and r["there"] == ("from", a)
+        assert r["fast_here"] and r["dial_there"] == nodes[a]["tcp"]
+        assert sorted(r["rest"]) == list(range(49))  # the cancelled get took nothing
+        assert feeder.qsize() == 0
+        ray.kill(actor)
+    finally:
+        cluster.shutdown()
+
