@@ -2,6 +2,7 @@ package manager
 
 import (
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -86,7 +87,6 @@ func TestJoinableRingJournalRepair(t *testing.T) {
 	const (
 		offJProof, offJOp, offJHolder, offLatch, offHead, offDone = 40, 48, 56, 64, 88, 112
 	)
-	word := func(r *statemem.Ring, off int) uint64 { return r.TestWord(off) }
 	for _, tc := range []struct {
 		name      string
 		committed bool
@@ -107,7 +107,9 @@ func TestJoinableRingJournalRepair(t *testing.T) {
 				t.Fatal("attach")
 			}
 			q := create[*Queue](t, m, prod, KindJoinableQueue, "jq", Params{})
-			r := q.Ring()
+			words := ringWords(t, q.Ring())
+			word := func(off int) uint64 { return atomic.LoadUint64(words(off)) }
+			set := func(off int, x uint64) { atomic.StoreUint64(words(off), x) }
 			for i := 0; i < 3; i++ {
 				if err := q.Put(ctx, item(i), false, 0); err != nil {
 					t.Fatal(err)
@@ -123,30 +125,30 @@ func TestJoinableRingJournalRepair(t *testing.T) {
 				g.Commit()
 			}
 			// The client's op, up to its kill: latch, journal, maybe the commit.
-			r.TestSetWord(offLatch, slot)
+			set(offLatch, slot)
 			if tc.get {
-				next := word(r, offHead) + 1<<40 + 16 // one 8-byte-header record of item(0)'s padded length
-				r.TestSetWord(offJProof, next)
-				r.TestSetWord(offJHolder, slot)
-				r.TestSetWord(offJOp, statemem.RingJournalGet<<56|slot<<32|1)
+				next := word(offHead) + 1<<40 + 16 // one 8-byte-header record of item(0)'s padded length
+				set(offJProof, next)
+				set(offJHolder, slot)
+				set(offJOp, statemem.RingJournalGet<<56|slot<<32|1)
 				if tc.committed {
-					r.TestSetWord(offHead, next)
+					set(offHead, next)
 				}
 			} else {
-				done := word(r, offDone) + 1
-				r.TestSetWord(offJProof, done)
-				r.TestSetWord(offJHolder, slot)
-				r.TestSetWord(offJOp, statemem.RingJournalDone<<56|slot<<32|0)
+				done := word(offDone) + 1
+				set(offJProof, done)
+				set(offJHolder, slot)
+				set(offJOp, statemem.RingJournalDone<<56|slot<<32|0)
 				if tc.committed {
-					r.TestSetWord(offDone, done)
+					set(offDone, done)
 				}
 			}
 			m.CloseSession(cons)
 			if got := q.Unfinished(); got != tc.want {
 				t.Fatalf("unfinished %d, want %d", got, tc.want)
 			}
-			if word(r, offLatch) != 0 || word(r, offJOp) != 0 {
-				t.Fatalf("latch %d journal %#x left", word(r, offLatch), word(r, offJOp))
+			if word(offLatch) != 0 || word(offJOp) != 0 {
+				t.Fatalf("latch %d journal %#x left", word(offLatch), word(offJOp))
 			}
 			// The rest: every item still queued is got and done; join returns.
 			for {

@@ -5,11 +5,36 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/syncmgr/syncmgr/statemem"
+	"golang.org/x/sys/unix"
 )
+
+// Offsets of a ring's header words (statemem/ring.go, docs/protocol.md).
+const (
+	ringOffLatch = 64
+	ringOffTail  = 80
+)
+
+// ringWords maps r's header through its descriptor, as a process that
+// scribbles on the ring would, and returns the u64 word at a header offset.
+func ringWords(t *testing.T, r *statemem.Ring) func(off int) *uint64 {
+	t.Helper()
+	var mem []byte
+	err := r.WithFD(func(fd int) (err error) {
+		mem, err = unix.Mmap(fd, 0, statemem.RingHeader, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Munmap(mem) })
+	return func(off int) *uint64 { return (*uint64)(unsafe.Pointer(&mem[off])) }
+}
 
 // The Queue semantics with the items in a shared ring.
 func TestQueueRing(t *testing.T) {
@@ -98,12 +123,12 @@ func TestQueueRingLatchAndCorruption(t *testing.T) {
 	m, _ := fastManager(t)
 	q := ringQueue(t, m, "scribbled", 0)
 	ctx := testCtx(t)
-	r := q.Ring()
-	r.TestSetWord(statemem.RingOffLatch, 77) // no session has slot 77
+	word := ringWords(t, q.Ring())
+	atomic.StoreUint64(word(ringOffLatch), 77) // no session has slot 77
 	if err := q.Put(ctx, []byte("x"), false, 0); err != nil {
 		t.Fatalf("put after a dead latch: %v", err)
 	}
-	r.TestSetWord(statemem.RingOffTail, 1<<39+3)
+	atomic.StoreUint64(word(ringOffTail), 1<<39+3)
 	if _, err := q.Get(ctx, false, 0); err == nil {
 		t.Fatal("a get from a scribbled ring did not fail")
 	}

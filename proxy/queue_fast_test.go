@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/syncmgr/syncmgr/manager"
 	"github.com/syncmgr/syncmgr/metrics"
@@ -15,6 +17,7 @@ import (
 	"github.com/syncmgr/syncmgr/server"
 	"github.com/syncmgr/syncmgr/statemem"
 	"github.com/syncmgr/syncmgr/wire"
+	"golang.org/x/sys/unix"
 )
 
 // ringServer is a server with the fast path (so Queues get rings) and op
@@ -81,6 +84,28 @@ func (rs *ringServer) waitOps(t *testing.T, op string, want int) int {
 func (rs *ringServer) ring(t *testing.T, name string) *statemem.Ring {
 	t.Helper()
 	return rs.ringOf(t, manager.KindQueue, name)
+}
+
+// Offsets of a ring's header words (statemem/ring.go, docs/protocol.md).
+const (
+	ringOffLatch = 64
+	ringOffTail  = 80
+)
+
+// ringWords maps r's header through its descriptor, as a process that
+// scribbles on the ring would, and returns the u64 word at a header offset.
+func ringWords(t *testing.T, r *statemem.Ring) func(off int) *uint64 {
+	t.Helper()
+	var mem []byte
+	err := r.WithFD(func(fd int) (err error) {
+		mem, err = unix.Mmap(fd, 0, statemem.RingHeader, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Munmap(mem) })
+	return func(off int) *uint64 { return (*uint64)(unsafe.Pointer(&mem[off])) }
 }
 
 // ringOf is the daemon's ring of the queue name of kind (a Queue or a
@@ -630,7 +655,7 @@ func TestQueueRingScribbledGoesToDaemon(t *testing.T) {
 	if err := aq.Put(ctx, "x"); err != nil {
 		t.Fatal(err)
 	}
-	rs.ring(t, "sq").TestSetWord(statemem.RingOffTail, 1<<39+3)
+	atomic.StoreUint64(ringWords(t, rs.ring(t, "sq"))(ringOffTail), 1<<39+3)
 	gets := rs.ops(t, wire.OpGet)
 	if v, err := aq.TryGet(ctx); err == nil {
 		t.Fatalf("a get from a scribbled ring answered %v", v)
