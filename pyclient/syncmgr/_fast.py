@@ -37,13 +37,10 @@ the offsets, so a child's first ops are as fast as its parent's.
 from __future__ import annotations
 
 import os
-import socket
 import threading
 import time
 import weakref
 from typing import TYPE_CHECKING, Any, Optional
-
-import msgpack
 
 from . import _connection, _values
 from . import exceptions as exc
@@ -138,40 +135,15 @@ class FastPath:
 
     def _attach(self) -> tuple[dict[str, Any], list[int]]:
         """fastpath_attach on the anchor: its reply and the descriptors that
-        came with it (SCM_RIGHTS on the reply's first bytes, which only
-        recvmsg receives; the caller closes them)."""
-        conn = self.anchor
-        if conn._rstart != conn._rend:
-            raise exc.ProtocolError("unexpected bytes before fastpath_attach's reply")
-        conn.send_requests([encode_request(1, "fastpath_attach", {})])
-        sock = conn.sock
-        data = bytearray()
-        fds: list[int] = []
-        try:
-            while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], "big"):
-                if len(data) >= 4 and int.from_bytes(data[:4], "big") > 1 << 20:
-                    raise exc.ProtocolError("fastpath_attach reply too large")
-                msg, got, _, _ = socket.recv_fds(sock, 65536, 4)
-                fds += got
-                if not msg:
-                    raise exc.ServerGoneError(f"syncmgr at {conn.address} closed the connection")
-                data += msg
-            n = int.from_bytes(data[:4], "big")
-            if len(data) != 4 + n:
-                raise exc.ProtocolError("unexpected bytes after fastpath_attach's reply")
-            try:
-                _, err, result = msgpack.unpackb(bytes(data[4:]), raw=False)
-            except (ValueError, TypeError, msgpack.UnpackException) as e:
-                raise exc.ProtocolError(f"malformed fastpath_attach reply: {e}") from None
-            if err is not None:
-                raise exc.from_code(err[0], err[1])
-            if not isinstance(result, dict):
-                raise exc.ProtocolError("malformed fastpath_attach reply")
+        came with it (the caller closes them)."""
+        err, result, fds = _request_with_fds(self.anchor, "fastpath_attach", {}, 4)
+        if err is None and isinstance(result, dict):
             return result, fds
-        except BaseException:
-            for fd in fds:
-                os.close(fd)
-            raise
+        for fd in fds:
+            os.close(fd)
+        if err is not None:
+            raise exc.from_code(err[0], err[1])
+        raise exc.ProtocolError("malformed fastpath_attach reply")
 
     def _watch(self) -> None:
         # Nothing is asked on the anchor after the attach: what comes is the
@@ -224,6 +196,16 @@ class FastPath:
             self.refs.clear()
         self.refs[key] = (off, tag)
         return off, tag
+
+
+def _request_with_fds(conn: _connection.Connection, op: str, args: dict[str, Any],
+                      maxfds: int) -> tuple[Any, Any, list[int]]:
+    """Ask op on conn, a connection that has nothing else in flight, and
+    return the reply's error and result and the descriptors that came with
+    it (SCM_RIGHTS; the caller closes them)."""
+    conn.send_requests([encode_request(1, op, args)])
+    _, err, result, fds = conn.recv_reply_with_fds(maxfds)
+    return err, result, fds
 
 
 _paths: dict[int, Optional[FastPath]] = {}
@@ -664,13 +646,7 @@ def _open_ring(fp: FastPath, kind: str, name: str) -> Any:
         fds: list[int] = []
         try:
             # tasks: this client keeps a JoinableQueue's task counts in its ring.
-            conn.send_requests([encode_request(1, "queue_attach", {"kind": kind, "name": name, "tasks": True})])
-            data, fds, _, _ = socket.recv_fds(conn.sock, len(conn._rbuf), 1)
-            if not data:
-                raise OSError("connection closed")
-            conn._rbuf[:len(data)] = data
-            conn._rstart, conn._rend = 0, len(data)
-            _, err, info = conn.recv_reply()
+            err, info, fds = _request_with_fds(conn, "queue_attach", {"kind": kind, "name": name, "tasks": True}, 1)
             if err is not None or len(fds) != 1 or int(info["slot"]) != fp.slot:
                 return None
             return _ext.Ring(fds[0], int(info["size"]), int(info["capacity"]),  # type: ignore[union-attr]
