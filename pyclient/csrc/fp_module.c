@@ -256,6 +256,29 @@ static PyObject *handle_acquire(Handle *h, PyObject *const *args, Py_ssize_t nar
     return PyObject_Vectorcall(h->slow_acquire, args, (size_t)nargs, kwnames);
 }
 
+/* try_acquire() -> True (acquired) | False (held: no wait) | None (the
+ * word says the daemon serves it now: ask the daemon). A non-blocking
+ * acquire without a Python frame, for callers that must not block (an
+ * asyncio event loop), whichever the handle's kind. */
+static PyObject *handle_try_acquire(Handle *h, PyObject *const *args, Py_ssize_t nargs) {
+    (void)args;
+    NARGS(0, "try_acquire");
+    if (h->seg == NULL) {
+        PyErr_SetString(PyExc_ValueError, "uninitialised handle");
+        return NULL;
+    }
+    if (LOAD(&h->seg->detached))
+        Py_RETURN_NONE;
+    int r = h->acquire(h->seg, h->w, h->slot, (uint64_t)PyThread_get_thread_ident(), 0.0);
+    if (r < 0)
+        return NULL;
+    if (r == RES_OK)
+        Py_RETURN_TRUE;
+    if (r == RES_BUSY)
+        Py_RETURN_FALSE;
+    Py_RETURN_NONE;
+}
+
 static PyObject *handle_release(Handle *h, PyObject *const *args, Py_ssize_t nargs) {
     (void)args;
     NARGS(0, "release");
@@ -316,6 +339,8 @@ static PyMethodDef handle_methods[] = {
     {"acquire", (PyCFunction)(void (*)(void))handle_acquire, METH_FASTCALL | METH_KEYWORDS,
      "acquire(blocking=True, timeout=None) -> bool"},
     {"release", (PyCFunction)(void (*)(void))handle_release, METH_FASTCALL, "release()"},
+    {"try_acquire", (PyCFunction)(void (*)(void))handle_try_acquire, METH_FASTCALL,
+     "try_acquire() -> True, False (held) or None (ask the daemon); never waits"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -53,6 +53,7 @@ import math
 import socket
 import ssl
 import threading
+import time
 import weakref
 from typing import Any, Callable, Optional, TypeVar
 
@@ -364,6 +365,30 @@ def client_for(proxy: BaseProxy) -> AsyncClient:
 # views
 
 
+# How long a fast-path op that would wait keeps trying inline, yielding to
+# the loop between tries, before it waits in the daemon: a hand-off whose
+# other side is at work completes in microseconds, and the daemon's wait
+# costs a round trip and a wake-up chain.
+_SPIN = 100e-6
+
+
+async def _spin(attempt: Callable[[], T], none: type[BaseException], budget: float = _SPIN) -> Any:
+    """attempt() until it does not raise none, within budget seconds, yielding
+    between tries; _MISS when it never succeeded."""
+    end = time.perf_counter() + budget
+    while True:
+        try:
+            return attempt()
+        except none:
+            pass
+        if time.perf_counter() >= end:
+            return _MISS
+        await asyncio.sleep(0)
+
+
+_MISS = object()
+
+
 def _wait_arg(timeout: Optional[float]) -> Optional[float]:
     """A wait's timeout (None: for ever), checked as the blocking API checks it."""
     return timeout_arg(True, timeout, minus_one_forever=False)
@@ -405,6 +430,10 @@ class View:
         client_for(self._p).notify(op, args)
 
 
+# Kinds whose owner is the task that acquired (an RLock's count is per owner).
+_TASK_OWNED = frozenset(("rlock", "condition"))
+
+
 def _task_tid() -> int:
     """The owner id of an RLock or Condition taken by the current task."""
     task = asyncio.current_task()
@@ -417,8 +446,14 @@ class AcquirerView(View):
 
     _p: AcquirerProxy
 
+    def __init__(self, proxy: BaseProxy) -> None:
+        super().__init__(proxy)
+        self._task_owned = proxy._kind in _TASK_OWNED
+        self._seen: Any = None  # the proxy's fast acquire that _try was taken from
+        self._try: Optional[Callable[[], Optional[bool]]] = None
+
     def _tid(self) -> int:
-        return _task_tid() if self._p._kind in ("rlock", "condition") else threading.get_ident()
+        return _task_tid() if self._p._kind in _TASK_OWNED else threading.get_ident()
 
     async def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> bool:
         tid = self._tid()
@@ -429,9 +464,9 @@ class AcquirerView(View):
         t = timeout_arg(True, timeout, minus_one_forever=True)
         if t is not None and t > threading.TIMEOUT_MAX:
             raise OverflowError("timeout value is too large")
-        if self._fast() and self._p._kind in ("lock", "semaphore", "bounded_semaphore"):
-            if self._p.acquire(False):  # uncontended: inline, on the word
-                return True
+        attempt = self._try_acquire()
+        if attempt is not None and attempt():  # uncontended: inline, on the word
+            return True
         got = await self._call("acquire", undo=lambda r: self._undo(r, tid), tid=tid, timeout=t)
         return self._p._acquired(got)
 
@@ -441,16 +476,37 @@ class AcquirerView(View):
 
     def release(self) -> None:
         """Release (a plain call, as it never waits)."""
-        if self._p._kind in ("rlock", "condition"):
+        if self._p._kind in _TASK_OWNED:
             self._p._call("release", tid=self._tid())
             return
         self._p.release()
 
+    def _try_acquire(self) -> Optional[Callable[[], Optional[bool]]]:
+        """The fast path's non-blocking acquire (the word's C handle's
+        try_acquire: True, False when held, None to ask the daemon), for
+        the kinds whose owner is the process; None on the socket path."""
+        if self._task_owned:
+            return None
+        acq = self._p.__dict__.get("acquire")
+        if acq is None:
+            return None
+        if acq is not self._seen:  # a handle installed (or replaced) since
+            self._seen, self._try = acq, getattr(getattr(acq, "__self__", None), "try_acquire", None)
+        return self._try
+
     async def __aenter__(self) -> bool:
+        # _try_acquire, written out: this is the uncontended `async with`'s
+        # whole cost beside the coroutine itself.
+        if not self._task_owned and self._p.__dict__.get("acquire") is self._seen and self._try is not None:
+            if self._try():
+                return True
         return await self.acquire()
 
     async def __aexit__(self, *exc_info: Any) -> None:
-        self.release()
+        if self._task_owned:
+            self.release()
+        else:
+            self._p.release()
 
 
 class EventView(View):
@@ -545,11 +601,9 @@ class QueueView(View):
     async def put(self, item: Any, timeout: Optional[float] = None) -> None:
         t = _wait_arg(timeout)
         if self._fast():
-            try:
-                self._p.put_nowait(item)
+            if await _spin(lambda: self._p.put_nowait(item), exc.Full, _SPIN if t is None or t > 0 else 0.0) \
+                    is not _MISS:
                 return
-            except exc.Full:
-                pass
         await self._call("put", blob_key="item", blob=_values.dumps_parts(item), timeout=t)
 
     async def put_many(self, items: Any, timeout: Optional[float] = None) -> None:
@@ -569,10 +623,9 @@ class QueueView(View):
     async def get(self, timeout: Optional[float] = None) -> Any:
         t = _wait_arg(timeout)
         if self._fast():
-            try:
-                return self._p.get_nowait()
-            except exc.Empty:
-                pass
+            got = await _spin(self._p.get_nowait, exc.Empty, _SPIN if t is None or t > 0 else 0.0)
+            if got is not _MISS:
+                return got
         data = await self._call("get", undo=self._unget, timeout=t)
         return _values.loads(data)
 
@@ -610,7 +663,14 @@ class JoinableQueueView(QueueView):
 
 
 def view(proxy: BaseProxy) -> View:
-    """The awaitable view of proxy (also ``proxy.aio``)."""
+    """The awaitable view of proxy (also ``proxy.aio``, which keeps it)."""
+    v = proxy.__dict__.get("_aio_view")
+    if v is None:
+        v = proxy.__dict__["_aio_view"] = _new_view(proxy)
+    return v  # type: ignore[no-any-return]
+
+
+def _new_view(proxy: BaseProxy) -> View:
     if isinstance(proxy, ConditionProxy):
         return ConditionView(proxy)
     if isinstance(proxy, AcquirerProxy):

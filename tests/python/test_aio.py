@@ -335,3 +335,22 @@ def test_connection_stays_in_step_under_cancellation(m):
         assert await q.aio.get(timeout=5) == "last"
 
     run(main())
+
+
+@pytest.mark.skipif(not FAST, reason="fast path not built or disabled")
+def test_the_handles_non_blocking_acquire_never_waits(m):
+    """The C handle's try_acquire, which an uncontended `async with` runs
+    inline: True when it took the word, False when it is held, never a
+    wait; the same for a Semaphore's units."""
+    lock, sem = m.Lock(), m.Semaphore(2)
+    h = lock.__dict__["acquire"].__self__
+    assert h.try_acquire() is True
+    t0 = time.monotonic()
+    assert h.try_acquire() is False
+    assert time.monotonic() - t0 < 0.5
+    lock.release()
+    hs = sem.__dict__["acquire"].__self__
+    assert hs.try_acquire() is True and hs.try_acquire() is True and hs.try_acquire() is False
+    sem.release()
+    sem.release()
+    assert sem.acquire(timeout=0) and sem.acquire(timeout=0)
