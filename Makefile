@@ -27,8 +27,10 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
+# -tags synctest builds the test hooks (statemem's ring kill steps) that
+# production builds leave out, and the tests that use them.
 test-go: build lint venv
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 -tags synctest ./...
 
 # Each fuzz target runs a bounded number of inputs (a count, not a duration:
 # a time budget can end while a worker is minimising, which go test reports as

@@ -95,10 +95,6 @@ const (
 	RingSlots  = 1024
 	RingHeader = ringOffOwed + 4*RingSlots
 
-	// RingOffLatch and RingOffTail are exported for tests (TestSetWord).
-	RingOffLatch = 64
-	RingOffTail  = 80
-
 	ringOffCap     = 16
 	ringOffMaxsize = 24
 	ringOffInline  = 32
@@ -107,9 +103,9 @@ const (
 	ringOffJHolder = 56
 	ringOffDone    = 112
 	ringOffOwed    = ringOffSlots + 16*RingSlots
-	ringOffLatch   = RingOffLatch
+	ringOffLatch   = 64
 	ringOffFlags   = 72
-	ringOffTail    = RingOffTail
+	ringOffTail    = 80
 	ringOffHead    = 88
 	ringOffSeq     = 96
 	ringOffWaiters = 104
@@ -461,31 +457,6 @@ func (r *Ring) Sleep(seen uint32, d time.Duration) {
 	futexWaitWord(r.word(ringOffSeq), seen, d)
 	r.own.Add(-1)
 	atomic.AddUint32(wp, ^uint32(0))
-}
-
-// TestSetWord stores x at byte offset off of the header, as a scribbling
-// client would: for tests.
-func (r *Ring) TestSetWord(off int, x uint64) {
-	if off < 0 || off+8 > RingHeader || off%8 != 0 {
-		panic("statemem: bad header offset")
-	}
-	if !r.enter() {
-		return
-	}
-	defer r.exit()
-	atomic.StoreUint64(r.word(off), x)
-}
-
-// TestWord loads the u64 at byte offset off of the header: for tests.
-func (r *Ring) TestWord(off int) uint64 {
-	if off < 0 || off+8 > RingHeader || off%8 != 0 {
-		panic("statemem: bad header offset")
-	}
-	if !r.enter() {
-		return 0
-	}
-	defer r.exit()
-	return atomic.LoadUint64(r.word(off))
 }
 
 // Flags returns the flags word; SetFlags writes it (under the latch).
