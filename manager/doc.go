@@ -46,7 +46,12 @@
 // cancellation it re-locks and removes itself; if the grant raced in first
 // it keeps it and returns it, so nothing granted is dropped.
 //
-// Sessions (manager.go, slots.go): a session has a never-reused ID (status
+// The registry (registry.go) names the objects, creates them within the
+// manager's limits (manager.go: the kinds, Config) and collects anonymous
+// ones nobody references any more; snapshot.go lists objects and sessions
+// for status.
+//
+// Sessions (session.go, slots.go): a session has a never-reused ID (status
 // listings) and a compact Slot, which objects record as owners; a slot is
 // reused only after the session ended and nothing pins it (Slots.Pin). When
 // a session ends, every Lock, RLock and Semaphore unit it holds is released
