@@ -40,7 +40,7 @@ import os
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, cast
 
 from . import _connection, _values
 from . import exceptions as exc
@@ -49,7 +49,7 @@ from ._framing import encode_request
 
 if TYPE_CHECKING:
     from ._connection import Client
-    from ._proxies import BaseProxy
+    from ._proxies import AcquirerProxy, BaseProxy, QueueProxy, ValueProxy
 
 try:
     from . import _fastpath as _ext
@@ -57,7 +57,6 @@ except ImportError:  # built without a compiler: the socket path only
     _ext = None
 
 OK, BUSY, DAEMON = 0, 1, 2
-_KIND_LOCK, _KIND_RLOCK, _KIND_SEMAPHORE, _KIND_BOUNDED_SEMAPHORE, _KIND_EVENT, _KIND_VALUE = 1, 2, 3, 4, 5, 6
 # The C handle's kinds.
 _HANDLE_LOCK, _HANDLE_RLOCK, _HANDLE_SEMAPHORE = 0, 1, 2
 
@@ -166,9 +165,7 @@ class FastPath:
         self.ok = False
         self.seg.detach()  # sleepers leave their waits for the socket path
         for h in list(self.handles):
-            ring = getattr(h, "ring", None)
-            if ring is not None:
-                ring.detach()
+            h.detach()
 
     def ref(self, kind: str, name: str, hint: Any = None) -> Optional[tuple[int, int]]:
         """The word offset and tag (kind | generation << 8) of an object, or
@@ -268,15 +265,13 @@ def path_for(client: Client) -> Optional[FastPath]:
         return fp
 
 
-# The kinds whose state is a word in the segment (a Queue's is a ring).
-_WORD_KINDS = frozenset(("lock", "rlock", "condition", "event", "semaphore", "bounded_semaphore", "value"))
 _MAX_REFS = 1 << 16  # entries of a FastPath's refs before it starts again
 
 
 def wants_ref(client: Client, kind: str) -> bool:
     """Whether a create of kind should ask for the object's word in its
     reply (the "fastpath" argument): the fast path is on for client."""
-    if kind not in _WORD_KINDS or not enabled_by_env():
+    if kind not in _WORDS or not enabled_by_env():
         return False
     fp = path_for(client)
     return fp is not None and fp.ok
@@ -284,17 +279,19 @@ def wants_ref(client: Client, kind: str) -> bool:
 
 def attach(proxy: BaseProxy, hint: Any = None) -> None:
     """Give proxy fast methods when its object is on the fast path (hint:
-    the create reply's "fp", the object's word)."""
+    the create reply's "fp", the object's word). Which handle serves it is
+    the families' table (_FAMILIES)."""
     if not enabled_by_env():
         return
     kind = proxy._kind
-    if kind in ("queue", "joinable_queue"):
-        _attach_queue(proxy)
+    ring = _RINGS.get(kind)
+    if ring is not None:
+        fp = path_for(proxy._client)
+        if fp is not None and fp.ok:
+            ring.open(proxy, fp)
         return
-    if kind == "value":
-        if getattr(proxy, "_code", "O") not in _VALUE_CLASS:
-            return
-    elif kind not in _WORD_KINDS:
+    words = _WORDS.get(kind)
+    if words is None or not all(cls.serves(proxy) for cls in words.values()):
         return
     fp = path_for(proxy._client)
     if fp is None or not fp.ok:
@@ -303,22 +300,9 @@ def attach(proxy: BaseProxy, hint: Any = None) -> None:
     if ref is None:
         return
     off, tag = ref
-    k = tag & 0xFF
-    if k == _KIND_LOCK and kind in ("lock", "condition"):
-        h: _Handle = _LockHandle(proxy, fp, off, tag)
-    elif k == _KIND_RLOCK and kind in ("rlock", "condition"):
-        h = _RLockHandle(proxy, fp, off, tag)
-    elif (k, kind) in ((_KIND_SEMAPHORE, "semaphore"), (_KIND_BOUNDED_SEMAPHORE, "bounded_semaphore")):
-        if not _SemHandle.has_entry(fp, off):
-            return  # a slot id past the ledger: this session takes units through the daemon
-        h = _SemHandle(proxy, fp, off, tag)
-    elif k == _KIND_EVENT and kind == "event":
-        h = _EventHandle(proxy, fp, off, tag)
-    elif k == _KIND_VALUE and kind == "value":
-        h = _ValueHandle(proxy, fp, off, tag)
-    else:
-        return
-    h.install(proxy)
+    cls = words.get(tag & 0xFF)  # a Condition's word is its Lock's or its RLock's
+    if cls is not None and cls.fits(fp, off):
+        cls(proxy, fp, off, tag).install(proxy)
 
 
 def reattach(proxy: BaseProxy) -> None:
@@ -343,7 +327,23 @@ class _Handle:
     keeps the handle's bound methods), and calls the proxy class's own
     socket-path methods whenever the word cannot be used."""
 
+    # The proxy methods the family serves: install puts them in the proxy's
+    # __dict__, where they come before the class's socket-path methods, and
+    # uninstall takes them out again. The one list of them.
     methods: tuple[str, ...] = ()
+
+    @classmethod
+    def serves(cls, proxy: BaseProxy) -> bool:
+        """Whether this family can serve proxy at all (asked before its word
+        is looked up)."""
+        return True
+
+    @classmethod
+    def fits(cls, fp: FastPath, off: int) -> bool:
+        """Whether fp's session can use the words of the object at off
+        (asked at attach, and when a forked child moves the handle; the
+        offset and tag are checked apart)."""
+        return True
 
     def __init__(self, proxy: BaseProxy, fp: FastPath, off: int, tag: int) -> None:
         self.proxy = weakref.ref(proxy)
@@ -358,15 +358,27 @@ class _Handle:
         self.seg = fp.seg
         fp.handles.add(self)
 
+    def served_by(self) -> Any:
+        """What has the methods install puts in the proxy: the handle itself,
+        unless the family's calls run in C (_LockHandle)."""
+        return self
+
     def install(self, proxy: BaseProxy) -> None:
-        proxy.__dict__["_fast"] = self
+        d = proxy.__dict__
+        d["_fast"] = self
+        impl = self.served_by()
         for m in self.methods:
-            proxy.__dict__[m] = getattr(self, m)
+            d[m] = getattr(impl, m)
 
     def uninstall(self, proxy: BaseProxy) -> None:
-        for m in ("acquire", "release", *self.methods):
-            proxy.__dict__.pop(m, None)
-        proxy.__dict__.pop("_fast", None)
+        d = proxy.__dict__
+        for m in self.methods:
+            d.pop(m, None)
+        d.pop("_fast", None)
+
+    def detach(self) -> None:
+        """The daemon run has ended: let go of what the handle maps beside
+        the segment (a Queue's ring)."""
 
     def slow(self, method: str, *args: Any) -> Any:
         p = self.proxy()
@@ -379,11 +391,6 @@ class _Handle:
         In a forked child the handle moves to the child's own fast path
         first (see rebind)."""
         return self.fp.ok or (self.fp.pid != os.getpid() and self.rebind())
-
-    def fits(self, fp: FastPath) -> bool:
-        """Whether fp's session can use this object's words (checked when a
-        forked child moves the handle; the offset and tag are checked apart)."""
-        return True
 
     def rebind(self) -> bool:
         """In a forked child, on the first use of any inherited handle: move
@@ -411,7 +418,7 @@ class _Handle:
         if p is None:
             return
         if (fp is None or not fp.ok or fp.identity != old.identity or fp.seg.tag(self.off) != self.tag
-                or not self.fits(fp)):
+                or not self.fits(fp, self.off)):
             self.uninstall(p)
             return
         self.bind(fp)
@@ -462,7 +469,7 @@ class _LockHandle(_Handle):
 
     chandle: Any = None  # the C handle: one per proxy for its whole life
 
-    def install(self, proxy: BaseProxy) -> None:
+    def served_by(self) -> Any:
         # The common calls run in C (no Python frame); this class's methods
         # are their slow paths. A forked child keeps the very same C handle,
         # pointed at its own mapping and slot (rebind), so that references
@@ -473,9 +480,7 @@ class _LockHandle(_Handle):
                                                self.handle_kind, self.acquire, self.release)
         else:
             h.rebind(self.seg, self.off, self.slot)
-        proxy.__dict__["_fast"] = self
-        proxy.__dict__["acquire"] = h.acquire
-        proxy.__dict__["release"] = h.release
+        return h
 
     def release(self) -> None:
         if not (self.usable() and self.give(self.off) == OK):
@@ -487,9 +492,9 @@ class _LockHandle(_Handle):
         taken in its run: the release names that run, so that after a restart
         it raises ServerRestartedError as on the socket path (unless the lock
         was taken again over the socket since, in the new run)."""
-        fp, p = self.fp, self.proxy()
-        if p is not None and not fp.ok and fp.pid == os.getpid() and p._held_run in ("", fp.run_id):  # type: ignore[attr-defined]
-            p._held_run = fp.run_id  # type: ignore[attr-defined]
+        fp, p = self.fp, cast("Optional[AcquirerProxy]", self.proxy())
+        if p is not None and not fp.ok and fp.pid == os.getpid():
+            p._taken_in(fp.run_id)
         self.slow("release")
 
 
@@ -519,15 +524,12 @@ class _SemHandle(_LockHandle):
         self.take = fp.seg.sem_acquire
         self.give_s = fp.seg.sem_release
 
-    @staticmethod
-    def has_entry(fp: FastPath, off: int) -> bool:
+    @classmethod
+    def fits(cls, fp: FastPath, off: int) -> bool:
         """Whether fp's session slot has an entry in the ledger of the
         Semaphore at off (a slot id past its length takes units through the
         daemon)."""
         return fp.seg.sem_taken(off, fp.slot) is not None
-
-    def fits(self, fp: FastPath) -> bool:
-        return self.has_entry(fp, self.off)
 
     def release(self) -> None:
         if not (self.usable() and self.give_s(self.off, self.slot) == OK):
@@ -572,9 +574,13 @@ class _EventHandle(_Handle):
 class _ValueHandle(_Handle):
     methods = ("get", "set", "add", "compare_and_set")
 
+    @classmethod
+    def serves(cls, proxy: BaseProxy) -> bool:
+        return getattr(proxy, "typecode", "O") in _VALUE_CLASS  # numbers only: the word holds no pickle
+
     def __init__(self, proxy: BaseProxy, fp: FastPath, off: int, tag: int) -> None:
         super().__init__(proxy, fp, off, tag)
-        code = proxy._code  # type: ignore[attr-defined]
+        code = cast("ValueProxy", proxy).typecode
         self.cls_code = _VALUE_CLASS[code]
         # The Python types the word takes as they are; anything else (numpy
         # scalars, wrong types, out-of-range ints) goes to the socket path,
@@ -616,17 +622,6 @@ class _ValueHandle(_Handle):
             except (OverflowError, TypeError, ValueError):
                 pass
         return bool(self.slow("compare_and_set", expected, new))
-
-
-def _attach_queue(proxy: BaseProxy) -> None:
-    """Give a Queue proxy the ring methods when the daemon keeps its items
-    in a shared ring."""
-    fp = path_for(proxy._client)
-    if fp is None or not fp.ok:
-        return
-    ring = _open_ring(fp, proxy._kind, proxy._name)
-    if ring is not None:
-        _QueueHandle(proxy, fp, ring).install(proxy)
 
 
 def _open_ring(fp: FastPath, kind: str, name: str) -> Any:
@@ -681,15 +676,18 @@ class _QueueHandle(_Handle):
     def __init__(self, proxy: BaseProxy, fp: FastPath, ring: Any) -> None:
         self.ring = ring
         self.maxsize = int(ring.maxsize)
-        if proxy._kind == "joinable_queue":
-            # A JoinableQueue's task counts are in its ring too.
-            self.methods = (*type(self).methods, "task_done", "join")
         super().__init__(proxy, fp, 0, 0)
 
-    def uninstall(self, proxy: BaseProxy) -> None:
-        for m in self.methods:
-            proxy.__dict__.pop(m, None)
-        proxy.__dict__.pop("_fast", None)
+    @classmethod
+    def open(cls, proxy: BaseProxy, fp: FastPath) -> None:
+        """Give proxy the ring methods when the daemon keeps its items in a
+        shared ring."""
+        ring = _open_ring(fp, proxy._kind, proxy._name)
+        if ring is not None:
+            cls(proxy, fp, ring).install(proxy)
+
+    def detach(self) -> None:
+        self.ring.detach()
 
     def move(self, old: FastPath, fp: Optional[FastPath]) -> None:
         # A forked child maps the ring again for its own session (the
@@ -701,9 +699,7 @@ class _QueueHandle(_Handle):
         self.ring.invalidate()
         self.uninstall(p)
         if fp is not None and fp.ok:
-            ring = _open_ring(fp, p._kind, p._name)
-            if ring is not None:
-                _QueueHandle(p, fp, ring).install(p)
+            type(self).open(p, fp)
 
     def rebind(self) -> bool:
         super().rebind()
@@ -740,9 +736,9 @@ class _QueueHandle(_Handle):
             return
         if r == BUSY:
             raise exc.Full(_FULL)
-        p = self.proxy()
+        p = cast("Optional[QueueProxy]", self.proxy())
         if p is not None and p.__dict__.get("_fast") is self:  # not pickled twice
-            p._put_encoded(parts, block, timeout)  # type: ignore[attr-defined]
+            p._put_encoded(parts, block, timeout)
             return
         self.slow("put", item, block, timeout)
 
@@ -791,9 +787,9 @@ class _QueueHandle(_Handle):
             if t > 0:  # DAEMON, nothing stored: the daemon gets what is left of the wait
                 t = max(0.0, t - (time.monotonic() - start))
         parts = [x if type(x) is list else [x] if type(x) is bytearray else _dumps_parts(x) for x in prepared]
-        p = self.proxy()
+        p = cast("Optional[QueueProxy]", self.proxy())
         if p is not None and p.__dict__.get("_fast") is self:  # not encoded twice
-            p._put_many_encoded(parts, block, None if t < 0 else t)  # type: ignore[attr-defined]
+            p._put_many_encoded(parts, block, None if t < 0 else t)
             return
         self.slow("put_many", items, block, None if t < 0 else t)
 
@@ -809,27 +805,6 @@ class _QueueHandle(_Handle):
             if r == BUSY:
                 raise exc.Empty(_EMPTY)
         return self.slow("get_many", max_items, block, timeout)  # type: ignore[no-any-return]
-
-    def task_done(self) -> None:
-        if self.fp.ok or self.usable():
-            r = self.ring.task_done()
-            if r == OK:
-                return
-            if r == BUSY:
-                raise ValueError("task_done() called too many times")
-        self.slow("task_done")
-
-    def join(self, timeout: Optional[float] = None) -> bool:
-        """Wait until every item put has been marked done (timeout: extension,
-        returns False on expiry)."""
-        t = queue_timeout(True, timeout)
-        if self.fp.ok or self.usable():
-            r = self.ring.join(t)
-            if r == OK:
-                return True
-            if r == BUSY:
-                return False
-        return bool(self.slow("join", timeout))
 
     def qsize(self) -> int:
         if self.usable():
@@ -853,6 +828,33 @@ class _QueueHandle(_Handle):
         return bool(self.slow("full"))
 
 
+class _JoinableQueueHandle(_QueueHandle):
+    """A JoinableQueue's ring ops: its task counts are in its ring too."""
+
+    methods = (*_QueueHandle.methods, "task_done", "join")
+
+    def task_done(self) -> None:
+        if self.fp.ok or self.usable():
+            r = self.ring.task_done()
+            if r == OK:
+                return
+            if r == BUSY:
+                raise ValueError("task_done() called too many times")
+        self.slow("task_done")
+
+    def join(self, timeout: Optional[float] = None) -> bool:
+        """Wait until every item put has been marked done (timeout: extension,
+        returns False on expiry)."""
+        t = queue_timeout(True, timeout)
+        if self.fp.ok or self.usable():
+            r = self.ring.join(t)
+            if r == OK:
+                return True
+            if r == BUSY:
+                return False
+        return bool(self.slow("join", timeout))
+
+
 _dumps = _values.dumps
 _dumps_parts = _values.dumps_parts
 _loads = _values.loads
@@ -863,3 +865,27 @@ _SCALARS = frozenset((type(None), bool, int, float, str, bytes))
 # The daemon's words for the same errors, so both paths read alike.
 _FULL, _EMPTY = "queue full", "queue empty"
 
+
+# The fast path's families, one line each: a handle class and the proxy
+# kinds it serves, each with the kind of word the daemon keeps for such an
+# object (the low byte of the word's tag: statemem's Kind* numbers), or
+# RING for a Queue's, whose items are in a ring of its own. attach picks
+# the handle here; a new family is a handle class and a line.
+RING = -1
+_FAMILIES: tuple[tuple[type[_Handle], dict[str, int]], ...] = (
+    (_LockHandle, {"lock": 1, "condition": 1}),
+    (_RLockHandle, {"rlock": 2, "condition": 2}),
+    (_SemHandle, {"semaphore": 3, "bounded_semaphore": 4}),
+    (_EventHandle, {"event": 5}),
+    (_ValueHandle, {"value": 6}),
+    (_QueueHandle, {"queue": RING}),
+    (_JoinableQueueHandle, {"joinable_queue": RING}),
+)
+_WORDS: dict[str, dict[int, type[_Handle]]] = {}  # proxy kind -> word kind -> handle
+_RINGS: dict[str, type[_QueueHandle]] = {}  # proxy kind -> ring handle
+for _cls, _kinds in _FAMILIES:
+    for _kind, _word in _kinds.items():
+        if _word == RING:
+            _RINGS[_kind] = cast("type[_QueueHandle]", _cls)
+        else:
+            _WORDS.setdefault(_kind, {})[_word] = _cls

@@ -192,6 +192,16 @@ class AcquirerProxy(BaseProxy):
             raise OverflowError("timeout value is too large")
         return self._acquired(self._call_blocking("acquire", t, undo=self._undo_acquire, tid=tid, timeout=t))
 
+    def _taken_in(self, run: str) -> None:
+        """The fast path's hook (_fast): this process took the object in the
+        shared memory of daemon run ``run``, which has gone since, and is
+        about to release it over the socket. The release names that run, as
+        one after a socket-path acquire would (ServerRestartedError after a
+        restart), unless the object was taken over the socket since, in a
+        later run."""
+        if self._held_run in ("", run):
+            self._held_run = run
+
     def _undo_acquire(self, got: Any) -> None:
         if got is True:
             self._client.call("release", self._args({"tid": threading.get_ident()}))
@@ -347,7 +357,8 @@ class QueueProxy(BaseProxy):
 
     def _put_encoded(self, data: Any, block: bool, timeout: Optional[float]) -> None:
         """put of an item already encoded: the pieces of
-        _values.dumps_parts (sent as they are)."""
+        _values.dumps_parts (sent as they are). Also the fast path's hook:
+        its ring hands over an item it cannot store, encoded once."""
         if not block:
             t: Optional[float] = 0.0
             wait: Optional[float] = 0.0
@@ -398,7 +409,8 @@ class QueueProxy(BaseProxy):
 
     def _put_many_encoded(self, parts: list[list[Any]], block: bool, timeout: Optional[float]) -> None:
         """put_many of items already encoded (each as _values.dumps_parts'
-        pieces), in one request."""
+        pieces), in one request. Also the fast path's hook: its ring hands
+        over a batch it cannot store, encoded once."""
         t = 0.0 if not block else timeout
         self._call_blocking("put_many", t, blob_key="items", blob=bin_array(parts), block=block, timeout=t)
 
