@@ -19,6 +19,13 @@ run id changed) and no longer has the object:
   on: a proxy pickled into a Ray worker keeps working across a restart;
 * an **anonymous** object cannot be found again by anyone, so the call
   raises ``ServerRestartedError``, which says to call the factory again.
+
+A proxy class's methods are the socket path. On the daemon's host the fast
+path (``_fast``) may put methods of its own in a proxy's ``__dict__``, which
+call the class's methods for whatever they cannot serve; the few methods
+it calls beyond the public ones are marked as the fast path's hooks
+(``AcquirerProxy._taken_in``, ``QueueProxy._put_encoded`` and
+``_put_many_encoded``). See ``_transport``.
 """
 
 from __future__ import annotations

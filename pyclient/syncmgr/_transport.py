@@ -1,11 +1,27 @@
 """The transport interface: what a proxy needs from whatever carries its calls.
 
 Proxies (``_proxies.py``, ``_containers.py``, ``shared_memory.py``) hold a
-:class:`Transport` and call nothing else: no proxy touches a socket. Today
-the one transport is the socket client (``_connection.Client``), one per
-daemon address per process; a same-host fast path (state words in the
-daemon's shared memory) is a second transport that serves the ops it can
-and hands every other op to the socket client underneath.
+:class:`Transport` and call nothing else: no proxy touches a socket. Two
+implementations carry their ops:
+
+* the socket client (``_connection.Client``), one per daemon address per
+  process, serves every op: a proxy's methods, as its class defines them,
+  are this path, and call it through :class:`Transport`;
+* the same-host fast path (the ``_fast`` package) serves what it can in the
+  daemon's shared memory (state words, Queue rings) and hands everything
+  else (what the daemon arbitrates, every error, whatever a word cannot
+  express) to the socket client, by calling the proxy class's own method.
+  It is put on a proxy by ``_fast.attach``: a handle per object, whose
+  family declares once (its ``methods``) which proxy methods it serves,
+  installed in the proxy's ``__dict__`` ahead of the class's, so a fast op
+  goes through no layer of this interface (a Lock's acquire and release
+  are C calls). It rides on the socket client: its session's connections
+  and its own requests (``fastpath_attach``, ``fastpath_ref``,
+  ``queue_attach``) are the client's, and a proxy on any other transport
+  gets no fast path.
+
+The contract below is the socket client's; the fast path keeps it by
+answering only what it can answer exactly as the daemon would.
 
 Contract of :meth:`Transport.call`:
 

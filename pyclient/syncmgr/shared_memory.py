@@ -317,7 +317,7 @@ def typecode_to_ctype(typecode_or_type: Any) -> Any:
 _subclasses: dict[Any, type] = {}
 
 
-def _picklable(base: Any) -> type:
+def _picklable(base: Any) -> Any:
     """A subclass of a ctypes type whose instances pickle by segment name."""
     cls = _subclasses.get(base)
     if cls is None:
