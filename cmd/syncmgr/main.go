@@ -59,7 +59,7 @@ func run(ctx context.Context, args []string) error {
 	}
 	switch args[0] {
 	case "serve":
-		return runServe(ctx, args[1:])
+		return serveCommand(ctx, args[1:])
 	case "keygen":
 		return runKeygen(args[1:])
 	case "status":

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -32,7 +33,96 @@ import (
 
 const version = server.Version
 
-func runServe(ctx context.Context, args []string) error {
+// serveConfig is serve's command line: serveFlags fills it from the flags,
+// validate checks it and completes it (absolute paths, the socket's
+// permissions, the segments' cap), and runServe runs the daemon it
+// describes.
+type serveConfig struct {
+	socket        string
+	tcpAddr       string
+	keyFile       string
+	logLevel      string
+	logFormat     string
+	maxFrame      int
+	tlsCert       string
+	tlsKey        string
+	tlsSelf       bool
+	infoFile      string
+	insecure      bool
+	allowOthers   bool
+	sockGroup     string
+	shareGrace    time.Duration
+	maxPerClient  int
+	maxObjects    int
+	maxQueue      int64
+	maxConns      int
+	maxObjBytes   int64
+	maxBytes      int64
+	maxParked     int64
+	maxPeerConns  int
+	maxUnauth     int
+	hsTimeout     time.Duration
+	parentPID     int
+	shutdownGrace time.Duration
+	shmDir        string
+	fastDir       string
+	fastObjects   int
+	ringBytes     int64
+	shmLimit      string
+	gcFloor       int64
+	metrics       metricsFlags
+
+	// Set by validate.
+	unixOpts server.UnixOptions
+	limit    int64 // the segments' cap in bytes (0 with --shm-dir none)
+}
+
+// serveFlags returns serve's flag set, which fills the returned config as
+// it parses.
+func serveFlags() (*flag.FlagSet, *serveConfig) {
+	fs := newFlagSet("serve", "serve [flags]",
+		"Run the daemon: named Locks, Queues, Events, Values, ... and shared memory for Python and Go clients.",
+		"The authkey comes from --authkey-file, else $SYNCMGR_AUTHKEY (hex), else the file\nnamed by $SYNCMGR_AUTHKEY_FILE; make one with 'syncmgr keygen'. It is never\ntaken from the command line.")
+	def := manager.DefaultConfig()
+	c := &serveConfig{}
+	fs.StringVar(&c.socket, "socket", server.DefaultSocketPath(), "Unix socket path (\"\" or \"none\" to disable)")
+	fs.StringVar(&c.tcpAddr, "tcp", "", "also listen on TCP HOST:PORT (unset: no TCP; unencrypted unless --tls-cert or --tls-self-signed is given; port 0: any free port, see --info-file)")
+	fs.StringVar(&c.keyFile, "authkey-file", "", "file holding the authkey as hex (unset: $SYNCMGR_AUTHKEY, then the file named by $SYNCMGR_AUTHKEY_FILE)")
+	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.StringVar(&c.logFormat, "log-format", "console", "log format: console or json")
+	fs.IntVar(&c.maxFrame, "max-frame", wire.DefaultMaxFrame, "largest message in bytes")
+	fs.StringVar(&c.tlsCert, "tls-cert", "", "TLS certificate (PEM) for --tcp")
+	fs.StringVar(&c.tlsKey, "tls-key", "", "TLS private key (PEM) for --tcp")
+	fs.BoolVar(&c.tlsSelf, "tls-self-signed", false, "with --tcp: serve TLS with a certificate made at start, in memory only; clients pin its SHA-256 fingerprint (logged as tls_sha256, and in --info-file)")
+	fs.StringVar(&c.infoFile, "info-file", "", "once listening, write PATH (JSON, mode 0600): pid, socket, tcp (the address bound), tls_sha256, run, version; removed at a graceful stop")
+	fs.BoolVar(&c.insecure, "insecure", false, "allow --tcp without TLS on an address other than loopback (frames after the handshake are NOT authenticated)")
+	fs.BoolVar(&c.allowOthers, "allow-other-users", false, "accept Unix-socket clients running as another user (they still need the key); the socket becomes 0666, or 0660 with --socket-group")
+	fs.StringVar(&c.sockGroup, "socket-group", "", "with --allow-other-users: only this group (name or gid) may connect; the socket is 0660 and owned by it")
+	fs.DurationVar(&c.shareGrace, "share-grace", def.ShareGrace, "how long a shared (pickled) anonymous object outlives its last reference")
+	fs.IntVar(&c.maxPerClient, "max-objects-per-client", def.MaxObjectsPerSession, "live objects one client (a process on a Unix socket, a source address over TCP) may have created")
+	fs.IntVar(&c.maxObjects, "max-objects", def.MaxObjects, "objects the daemon holds at most")
+	fs.Int64Var(&c.maxQueue, "max-queue", def.MaxQueue, "largest queue maxsize")
+	fs.IntVar(&c.maxConns, "max-conns", 8192, "authenticated connections at once")
+	fs.Int64Var(&c.maxObjBytes, "max-object-bytes", def.MaxObjectBytes, "bytes one queue (with waiting puts), dict or list may hold; each item counts 64 bytes more")
+	fs.Int64Var(&c.maxBytes, "max-bytes", def.MaxBytes, "bytes all queues, dicts and lists may hold together")
+	fs.Int64Var(&c.maxParked, "max-parked", server.DefaultMaxParked, "requests one client may have waiting at once")
+	fs.IntVar(&c.maxPeerConns, "max-conns-per-client", server.DefaultMaxConnsPerPeer, "connections one client (a process on a Unix socket, a source address over TCP) may have at once")
+	fs.IntVar(&c.maxUnauth, "max-handshakes", 128, "connections in the handshake at once, for Unix and for TCP each; over it one of the busiest source is dropped (a wrong key first, then the oldest silent one, then the one that has left the daemon's hello unanswered longest, once for 50ms; until then a newcomer waits)")
+	fs.DurationVar(&c.hsTimeout, "handshake-timeout", 5*time.Second, "deadline on a connection's handshake")
+	fs.IntVar(&c.parentPID, "exit-with-parent", 0, "shut down when the process with this pid is no longer our parent")
+	fs.DurationVar(&c.shutdownGrace, "shutdown-timeout", 10*time.Second, "how long a graceful shutdown may take")
+	fs.StringVar(&c.shmDir, "shm-dir", "/dev/shm", "directory (tmpfs) for shared-memory segments; \"none\" disables the registry")
+	fs.StringVar(&c.fastDir, "fastpath-dir", "", "\"none\" keeps every client on the socket; any other value is ignored (the fast path's state segment is an anonymous memory file)")
+	fs.IntVar(&c.fastObjects, "fastpath-objects", 16384, "objects whose state the fast path's segment holds (64 bytes each); others stay on the socket path")
+	fs.Int64Var(&c.ringBytes, "queue-ring-bytes", manager.DefaultQueueRingBytes, "data bytes of each Queue's shared ring on the fast path: a power of two from 64 KiB to 1 GiB; memory is used only as items touch it, and items over a quarter of it go through the daemon")
+	fs.StringVar(&c.shmLimit, "shm-limit", "50%", "cap on all segments together: bytes (with K, M, G suffix) or a percentage of --shm-dir's size")
+	fs.Int64Var(&c.gcFloor, "gc-floor", 32<<20, "bytes the daemon's heap may grow by before the Go collector runs, however small the live heap (large queue items are garbage once delivered; GOGC applies above it, GOMEMLIMIT still bounds it; 0: GOGC alone)")
+	c.metrics = addMetricsFlags(fs)
+	return fs, c
+}
+
+// serveCommand is 'syncmgr serve': its flags, then the daemon.
+func serveCommand(ctx context.Context, args []string) error {
 	// The daemon ignores SIGPIPE (the other commands keep Go's default, so
 	// `syncmgr status | head` ends quietly): its log goes to stderr, often a
 	// pipe to the process that started it (an embedded daemon's manager, a
@@ -40,58 +130,81 @@ func runServe(ctx context.Context, args []string) error {
 	// on its next log line (the shutdown's own), before it unlinks its
 	// segments; ignored, the write fails with EPIPE and the shutdown goes on.
 	signal.Ignore(syscall.SIGPIPE)
-	fs := newFlagSet("serve", "serve [flags]",
-		"Run the daemon: named Locks, Queues, Events, Values, ... and shared memory for Python and Go clients.",
-		"The authkey comes from --authkey-file, else $SYNCMGR_AUTHKEY (hex), else the file\nnamed by $SYNCMGR_AUTHKEY_FILE; make one with 'syncmgr keygen'. It is never\ntaken from the command line.")
-	def := manager.DefaultConfig()
-	var (
-		socket        = fs.String("socket", server.DefaultSocketPath(), "Unix socket path (\"\" or \"none\" to disable)")
-		tcpAddr       = fs.String("tcp", "", "also listen on TCP HOST:PORT (unset: no TCP; unencrypted unless --tls-cert or --tls-self-signed is given; port 0: any free port, see --info-file)")
-		keyFile       = fs.String("authkey-file", "", "file holding the authkey as hex (unset: $SYNCMGR_AUTHKEY, then the file named by $SYNCMGR_AUTHKEY_FILE)")
-		logLevel      = fs.String("log-level", "info", "log level: debug, info, warn, error")
-		logFormat     = fs.String("log-format", "console", "log format: console or json")
-		maxFrame      = fs.Int("max-frame", wire.DefaultMaxFrame, "largest message in bytes")
-		tlsCert       = fs.String("tls-cert", "", "TLS certificate (PEM) for --tcp")
-		tlsKey        = fs.String("tls-key", "", "TLS private key (PEM) for --tcp")
-		tlsSelf       = fs.Bool("tls-self-signed", false, "with --tcp: serve TLS with a certificate made at start, in memory only; clients pin its SHA-256 fingerprint (logged as tls_sha256, and in --info-file)")
-		infoFile      = fs.String("info-file", "", "once listening, write PATH (JSON, mode 0600): pid, socket, tcp (the address bound), tls_sha256, run, version; removed at a graceful stop")
-		insecure      = fs.Bool("insecure", false, "allow --tcp without TLS on an address other than loopback (frames after the handshake are NOT authenticated)")
-		allowOthers   = fs.Bool("allow-other-users", false, "accept Unix-socket clients running as another user (they still need the key); the socket becomes 0666, or 0660 with --socket-group")
-		sockGroup     = fs.String("socket-group", "", "with --allow-other-users: only this group (name or gid) may connect; the socket is 0660 and owned by it")
-		shareGrace    = fs.Duration("share-grace", def.ShareGrace, "how long a shared (pickled) anonymous object outlives its last reference")
-		maxPerClient  = fs.Int("max-objects-per-client", def.MaxObjectsPerSession, "live objects one client (a process on a Unix socket, a source address over TCP) may have created")
-		maxObjects    = fs.Int("max-objects", def.MaxObjects, "objects the daemon holds at most")
-		maxQueue      = fs.Int64("max-queue", def.MaxQueue, "largest queue maxsize")
-		maxConns      = fs.Int("max-conns", 8192, "authenticated connections at once")
-		maxObjBytes   = fs.Int64("max-object-bytes", def.MaxObjectBytes, "bytes one queue (with waiting puts), dict or list may hold; each item counts 64 bytes more")
-		maxBytes      = fs.Int64("max-bytes", def.MaxBytes, "bytes all queues, dicts and lists may hold together")
-		maxParked     = fs.Int64("max-parked", server.DefaultMaxParked, "requests one client may have waiting at once")
-		maxPeerConns  = fs.Int("max-conns-per-client", server.DefaultMaxConnsPerPeer, "connections one client (a process on a Unix socket, a source address over TCP) may have at once")
-		maxUnauth     = fs.Int("max-handshakes", 128, "connections in the handshake at once, for Unix and for TCP each; over it one of the busiest source is dropped (a wrong key first, then the oldest silent one, then the one that has left the daemon's hello unanswered longest, once for 50ms; until then a newcomer waits)")
-		hsTimeout     = fs.Duration("handshake-timeout", 5*time.Second, "deadline on a connection's handshake")
-		parentPID     = fs.Int("exit-with-parent", 0, "shut down when the process with this pid is no longer our parent")
-		shutdownGrace = fs.Duration("shutdown-timeout", 10*time.Second, "how long a graceful shutdown may take")
-		shmDir        = fs.String("shm-dir", "/dev/shm", "directory (tmpfs) for shared-memory segments; \"none\" disables the registry")
-		fastDir       = fs.String("fastpath-dir", "", "\"none\" keeps every client on the socket; any other value is ignored (the fast path's state segment is an anonymous memory file)")
-		fastObjects   = fs.Int("fastpath-objects", 16384, "objects whose state the fast path's segment holds (64 bytes each); others stay on the socket path")
-		ringBytes     = fs.Int64("queue-ring-bytes", manager.DefaultQueueRingBytes, "data bytes of each Queue's shared ring on the fast path: a power of two from 64 KiB to 1 GiB; memory is used only as items touch it, and items over a quarter of it go through the daemon")
-		shmLimit      = fs.String("shm-limit", "50%", "cap on all segments together: bytes (with K, M, G suffix) or a percentage of --shm-dir's size")
-		gcFloor       = fs.Int64("gc-floor", 32<<20, "bytes the daemon's heap may grow by before the Go collector runs, however small the live heap (large queue items are garbage once delivered; GOGC applies above it, GOMEMLIMIT still bounds it; 0: GOGC alone)")
-	)
-	mflags := addMetricsFlags(fs)
+	fs, c := serveFlags()
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	log, err := newLogger(*logLevel, *logFormat)
+	return runServe(ctx, c)
+}
+
+// validate checks the flags' values and what they name (the socket's
+// group, the segments' file system), making the paths absolute; its
+// errors are usage errors but for those of the system it asked.
+func (c *serveConfig) validate() error {
+	if c.maxFrame < 1024 || c.maxFrame > 1<<30 {
+		return fmt.Errorf("%w: --max-frame must be between 1024 and 1 GiB", errUsage)
+	}
+	if c.gcFloor < 0 || c.gcFloor > 1<<40 {
+		return fmt.Errorf("%w: --gc-floor must be between 0 and 1 TiB", errUsage)
+	}
+	if c.ringBytes < 64<<10 || c.ringBytes > 1<<30 || c.ringBytes&(c.ringBytes-1) != 0 {
+		return fmt.Errorf("%w: --queue-ring-bytes must be a power of two from 64 KiB to 1 GiB", errUsage)
+	}
+	if c.tlsSelf && (c.tlsCert != "" || c.tlsKey != "") {
+		return fmt.Errorf("%w: --tls-self-signed and --tls-cert/--tls-key exclude each other: give one or the other", errUsage)
+	}
+	if c.tlsSelf && c.tcpAddr == "" {
+		return fmt.Errorf("%w: --tls-self-signed needs --tcp HOST:PORT", errUsage)
+	}
+	if c.infoFile != "" {
+		abs, err := filepath.Abs(c.infoFile)
+		if err != nil {
+			return fmt.Errorf("--info-file: %w", err)
+		}
+		c.infoFile = abs
+	}
+	if c.sockGroup != "" {
+		if !c.allowOthers {
+			return fmt.Errorf("%w: --socket-group needs --allow-other-users", errUsage)
+		}
+		gid, err := lookupGroup(c.sockGroup)
+		if err != nil {
+			return err
+		}
+		c.unixOpts.Group = gid
+	} else if c.allowOthers {
+		c.unixOpts.World = true
+	}
+	if c.socket != "" && c.socket != "none" {
+		abs, err := filepath.Abs(c.socket) // pickled addresses must work from any directory
+		if err != nil {
+			return fmt.Errorf("socket path: %w", err)
+		}
+		c.socket = abs
+	}
+	if c.shmDir != "none" {
+		limit, err := parseLimit(c.shmLimit, c.shmDir)
+		if err != nil {
+			return err
+		}
+		c.limit = limit
+	}
+	return nil
+}
+
+// runServe runs the daemon c describes until ctx ends (a signal), a
+// listener fails or the parent it was told to exit with is gone.
+func runServe(ctx context.Context, c *serveConfig) error {
+	log, err := newLogger(c.logLevel, c.logFormat)
 	if err != nil {
 		return err
 	}
-	mtr, stopMetrics, err := mflags.start(ctx, log)
+	mtr, stopMetrics, err := c.metrics.start(ctx, log)
 	if err != nil {
 		return err
 	}
 	defer stopMetrics()
-	key, found, err := auth.LoadKey(*keyFile)
+	key, found, err := auth.LoadKey(c.keyFile)
 	if err != nil {
 		return err
 	}
@@ -101,149 +214,48 @@ func runServe(ctx context.Context, args []string) error {
 	if err := auth.CheckKey(key); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	if f := auth.KeyFile(*keyFile); f != "" {
+	if f := auth.KeyFile(c.keyFile); f != "" {
 		if mode, loose := auth.LooseMode(f); loose {
 			log.Warn().Str("file", f).Str("mode", fmt.Sprintf("%04o", mode)).
 				Msg("the authkey file can be read or written by other users; chmod 600 it")
 		}
 	}
-	if *maxFrame < 1024 || *maxFrame > 1<<30 {
-		return fmt.Errorf("%w: --max-frame must be between 1024 and 1 GiB", errUsage)
+	if err := c.validate(); err != nil {
+		return err
 	}
-	if *gcFloor < 0 || *gcFloor > 1<<40 {
-		return fmt.Errorf("%w: --gc-floor must be between 0 and 1 TiB", errUsage)
-	}
-	defer gcfloor.Start(uint64(*gcFloor))()
-	if *ringBytes < 64<<10 || *ringBytes > 1<<30 || *ringBytes&(*ringBytes-1) != 0 {
-		return fmt.Errorf("%w: --queue-ring-bytes must be a power of two from 64 KiB to 1 GiB", errUsage)
-	}
-	if *tlsSelf && (*tlsCert != "" || *tlsKey != "") {
-		return fmt.Errorf("%w: --tls-self-signed and --tls-cert/--tls-key exclude each other: give one or the other", errUsage)
-	}
-	if *tlsSelf && *tcpAddr == "" {
-		return fmt.Errorf("%w: --tls-self-signed needs --tcp HOST:PORT", errUsage)
-	}
-	if *infoFile != "" {
-		abs, err := filepath.Abs(*infoFile)
-		if err != nil {
-			return fmt.Errorf("--info-file: %w", err)
-		}
-		*infoFile = abs
-	}
-	var unixOpts server.UnixOptions
-	if *sockGroup != "" {
-		if !*allowOthers {
-			return fmt.Errorf("%w: --socket-group needs --allow-other-users", errUsage)
-		}
-		gid, err := lookupGroup(*sockGroup)
-		if err != nil {
-			return err
-		}
-		unixOpts.Group = gid
-	} else if *allowOthers {
-		unixOpts.World = true
-	}
-	if *socket != "" && *socket != "none" {
-		abs, err := filepath.Abs(*socket) // pickled addresses must work from any directory
-		if err != nil {
-			return fmt.Errorf("socket path: %w", err)
-		}
-		*socket = abs
-	}
-	limit := int64(0)
-	if *shmDir != "none" {
-		if limit, err = parseLimit(*shmLimit, *shmDir); err != nil {
-			return err
-		}
-	}
+	defer gcfloor.Start(uint64(c.gcFloor))()
 
 	// Take the addresses first: a daemon refused here (another one holds
 	// them) must not touch anything of the live one, its segments included.
-	var lns []net.Listener
-	var boundTCP, fingerprint string
-	closeAll := func() {
+	lns, boundTCP, fingerprint, err := listen(log, c)
+	if err != nil {
+		return err
+	}
+	defer func() {
 		for _, ln := range lns {
 			ln.Close()
 		}
-	}
-	if *socket != "" && *socket != "none" {
-		ln, err := server.ListenUnixWith(*socket, unixOpts)
-		if err != nil {
-			return err
-		}
-		lns = append(lns, ln)
-		if *allowOthers {
-			warnUnreachable(log, *socket)
-		}
-		log.Info().Str("socket", *socket).Bool("other_users", *allowOthers).Msg("listening")
-	}
-	if *tcpAddr != "" {
-		var tcfg *tls.Config
-		if *tlsCert != "" || *tlsKey != "" {
-			cert, err := tls.LoadX509KeyPair(*tlsCert, *tlsKey)
-			if err != nil {
-				closeAll()
-				return fmt.Errorf("load tls key pair: %w", err)
-			}
-			tcfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-			fingerprint = server.TLSFingerprint(cert.Certificate[0])
-		}
-		if *tlsSelf {
-			host, _, err := net.SplitHostPort(*tcpAddr)
-			if err != nil {
-				closeAll()
-				return fmt.Errorf("%w: --tcp %s: %v", errUsage, *tcpAddr, err)
-			}
-			if tcfg, fingerprint, err = server.SelfSignedTLS(host, time.Now()); err != nil {
-				closeAll()
-				return err
-			}
-		}
-		if tcfg == nil && !*insecure && !loopbackOnly(*tcpAddr) {
-			closeAll()
-			return fmt.Errorf("%w: --tcp %s without TLS: off loopback a relay on the path could rewrite replies after the handshake (and Python clients unpickle them); give --tls-cert/--tls-key or --tls-self-signed, or --insecure on a network you trust", errUsage, *tcpAddr)
-		}
-		ln, err := server.ListenTCP(*tcpAddr, tcfg)
-		if err != nil {
-			closeAll()
-			return err
-		}
-		lns = append(lns, ln)
-		ev := log.Info()
-		if tcfg == nil {
-			ev = log.Warn().Str("security", "plaintext TCP: the handshake is authenticated, but later frames are neither encrypted nor authenticated; use --tls-cert/--tls-key across untrusted networks")
-		}
-		boundTCP = ln.Addr().String()
-		ev = ev.Str("tcp", boundTCP).Bool("tls", tcfg != nil)
-		if fingerprint != "" {
-			ev = ev.Str("tls_sha256", fingerprint).Bool("self_signed", *tlsSelf)
-		}
-		ev.Msg("listening")
-	}
-	if len(lns) == 0 {
-		return fmt.Errorf("%w: nothing to listen on: give --socket or --tcp", errUsage)
-	}
-	defer closeAll()
+	}()
 
 	var shm *shmregistry.Registry
-	if *shmDir != "none" {
-		shm, err = openShm(log, *shmDir, *socket, *tcpAddr, limit, *parentPID > 0)
+	if c.shmDir != "none" {
+		shm, err = openShm(log, c.shmDir, c.socket, c.tcpAddr, c.limit, c.parentPID > 0)
 		if err != nil {
 			return err
 		}
 		defer shm.Close() // a graceful stop unlinks every segment
 	}
-	mcfg := manager.Config{ShareGrace: *shareGrace, MaxObjectsPerSession: *maxPerClient, MaxObjects: *maxObjects, MaxQueue: *maxQueue,
-		MaxObjectBytes: *maxObjBytes, MaxBytes: *maxBytes, QueueRingBytes: *ringBytes,
-		MaxItemBytes: int64(*maxFrame) - 64} // a ring's items all fit a reply (the envelope is under 64 bytes)
+	mcfg := manager.Config{ShareGrace: c.shareGrace, MaxObjectsPerSession: c.maxPerClient, MaxObjects: c.maxObjects, MaxQueue: c.maxQueue,
+		MaxObjectBytes: c.maxObjBytes, MaxBytes: c.maxBytes, QueueRingBytes: c.ringBytes,
+		MaxItemBytes: int64(c.maxFrame) - 64} // a ring's items all fit a reply (the envelope is under 64 bytes)
 	mcfg.OnHoldEnd = holdEnds(log, mtr)
 	mgr := manager.New(mcfg)
-	if *fastDir != "none" {
+	if c.fastDir != "none" {
 		// The same-host fast path (package statemem). Without it every
 		// client uses the socket, which is correct, only slower. The
 		// segment is an anonymous sealed memfd handed to clients over the
 		// socket: no file to name, plant, or leave behind.
-		seg, err := statemem.Create(*fastObjects + 1)
+		seg, err := statemem.Create(c.fastObjects + 1)
 		if err != nil {
 			log.Warn().Err(err).Msg("fast path disabled")
 		} else {
@@ -251,39 +263,35 @@ func runServe(ctx context.Context, args []string) error {
 		}
 	}
 	mtr.SetSource(stateSource(mgr, shm))
-	srv, err := server.New(server.Config{Key: key, MaxFrame: uint32(*maxFrame), HandshakeTimeout: *hsTimeout,
-		MaxUnauthenticated: *maxUnauth, MaxConns: *maxConns, MaxParked: *maxParked, MaxConnsPerPeer: *maxPeerConns,
-		AllowOtherUsers: *allowOthers, Logger: log, Shm: shm, Metrics: mtr}, mgr)
+	srv, err := server.New(server.Config{Key: key, MaxFrame: uint32(c.maxFrame), HandshakeTimeout: c.hsTimeout,
+		MaxUnauthenticated: c.maxUnauth, MaxConns: c.maxConns, MaxParked: c.maxParked, MaxConnsPerPeer: c.maxPeerConns,
+		AllowOtherUsers: c.allowOthers, Logger: log, Shm: shm, Metrics: mtr}, mgr)
 	if err != nil {
 		return err
-	}
-
-	if len(lns) == 0 {
-		return fmt.Errorf("%w: nothing to listen on: give --socket or --tcp", errUsage)
 	}
 
 	errc := make(chan error, len(lns)+2) // the listeners, watchParent, the info file
 	for _, ln := range lns {
 		go func(ln net.Listener) { errc <- srv.Serve(ln) }(ln)
 	}
-	if *parentPID > 0 {
-		go watchParent(ctx, *parentPID, errc)
+	if c.parentPID > 0 {
+		go watchParent(ctx, c.parentPID, errc)
 	}
-	if *infoFile != "" {
+	if c.infoFile != "" {
 		sockPath := ""
-		if *socket != "none" {
-			sockPath = *socket
+		if c.socket != "none" {
+			sockPath = c.socket
 		}
 		info := runInfo{PID: os.Getpid(), Socket: sockPath, TCP: boundTCP, TLSSHA256: fingerprint, Run: srv.RunID(), Version: version}
-		if err := writeInfoFile(*infoFile, info); err != nil {
+		if err := writeInfoFile(c.infoFile, info); err != nil {
 			errc <- err // stop as on a failed listener: the supervisor waits for a file that will not come
 		} else {
 			defer func() {
-				if err := removeInfoFile(*infoFile, srv.RunID()); err != nil {
-					log.Warn().Err(err).Str("file", *infoFile).Msg("cannot remove the info file")
+				if err := removeInfoFile(c.infoFile, srv.RunID()); err != nil {
+					log.Warn().Err(err).Str("file", c.infoFile).Msg("cannot remove the info file")
 				}
 			}()
-			log.Info().Str("file", *infoFile).Msg("info file written")
+			log.Info().Str("file", c.infoFile).Msg("info file written")
 		}
 	}
 	log.Info().Str("version", version).Int("pid", os.Getpid()).Msg("syncmgr ready")
@@ -296,13 +304,82 @@ func runServe(ctx context.Context, args []string) error {
 			log.Error().Err(serveErr).Msg("listener failed; shutting down")
 		}
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), *shutdownGrace)
+	sctx, cancel := context.WithTimeout(context.Background(), c.shutdownGrace)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
 		log.Warn().Err(err).Msg("shutdown incomplete")
 	}
 	log.Info().Msg("stopped")
 	return serveErr
+}
+
+// listen takes the Unix socket and the TCP address c names, returning the
+// listeners, the TCP address bound and the TLS certificate's fingerprint
+// (""s without TCP, TLS). On an error it closes what it took.
+func listen(log zerolog.Logger, c *serveConfig) (lns []net.Listener, boundTCP, fingerprint string, err error) {
+	closeAll := func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}
+	if c.socket != "" && c.socket != "none" {
+		ln, err := server.ListenUnixWith(c.socket, c.unixOpts)
+		if err != nil {
+			return nil, "", "", err
+		}
+		lns = append(lns, ln)
+		if c.allowOthers {
+			warnUnreachable(log, c.socket)
+		}
+		log.Info().Str("socket", c.socket).Bool("other_users", c.allowOthers).Msg("listening")
+	}
+	if c.tcpAddr != "" {
+		var tcfg *tls.Config
+		if c.tlsCert != "" || c.tlsKey != "" {
+			cert, err := tls.LoadX509KeyPair(c.tlsCert, c.tlsKey)
+			if err != nil {
+				closeAll()
+				return nil, "", "", fmt.Errorf("load tls key pair: %w", err)
+			}
+			tcfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+			fingerprint = server.TLSFingerprint(cert.Certificate[0])
+		}
+		if c.tlsSelf {
+			host, _, err := net.SplitHostPort(c.tcpAddr)
+			if err != nil {
+				closeAll()
+				return nil, "", "", fmt.Errorf("%w: --tcp %s: %v", errUsage, c.tcpAddr, err)
+			}
+			if tcfg, fingerprint, err = server.SelfSignedTLS(host, time.Now()); err != nil {
+				closeAll()
+				return nil, "", "", err
+			}
+		}
+		if tcfg == nil && !c.insecure && !loopbackOnly(c.tcpAddr) {
+			closeAll()
+			return nil, "", "", fmt.Errorf("%w: --tcp %s without TLS: off loopback a relay on the path could rewrite replies after the handshake (and Python clients unpickle them); give --tls-cert/--tls-key or --tls-self-signed, or --insecure on a network you trust", errUsage, c.tcpAddr)
+		}
+		ln, err := server.ListenTCP(c.tcpAddr, tcfg)
+		if err != nil {
+			closeAll()
+			return nil, "", "", err
+		}
+		lns = append(lns, ln)
+		ev := log.Info()
+		if tcfg == nil {
+			ev = log.Warn().Str("security", "plaintext TCP: the handshake is authenticated, but later frames are neither encrypted nor authenticated; use --tls-cert/--tls-key across untrusted networks")
+		}
+		boundTCP = ln.Addr().String()
+		ev = ev.Str("tcp", boundTCP).Bool("tls", tcfg != nil)
+		if fingerprint != "" {
+			ev = ev.Str("tls_sha256", fingerprint).Bool("self_signed", c.tlsSelf)
+		}
+		ev.Msg("listening")
+	}
+	if len(lns) == 0 {
+		return nil, "", "", fmt.Errorf("%w: nothing to listen on: give --socket or --tcp", errUsage)
+	}
+	return lns, boundTCP, fingerprint, nil
 }
 
 // openShm opens the shared-memory registry once the addresses are ours.
