@@ -8,7 +8,7 @@ PY      := $(VENV)/bin/python
 BIN     := bin/syncmgr
 GOFILES := $(shell find . -name '*.go' -not -path './.venv/*' 2>/dev/null)
 
-.PHONY: all build venv test test-go test-py test-py-socket test-outside test-wheel wheel wheel-all lint lint-py fuzz demo demo-compare bench bench-main bench-smoke bench-targets bench-targets-smoke bench-scale bench-scale-smoke bench-queue-kills bench-cluster bench-cluster-smoke demo-shards soak soak-smoke clean
+.PHONY: all build venv test test-go test-py test-py-socket test-outside test-wheel wheel wheel-all lint lint-py fuzz demo demo-compare bench bench-main bench-smoke bench-targets bench-targets-smoke bench-scale bench-scale-smoke bench-queue-kills bench-cluster bench-cluster-smoke bench-socket bench-socket-smoke bench-aio bench-aio-smoke demo-shards soak soak-smoke clean
 
 all: build
 
@@ -26,6 +26,7 @@ $(VENV)/.installed: pyclient/pyproject.toml pyclient/setup.py pyclient/_daemon_b
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags synctest ./...
 
 # -tags synctest builds the test hooks (statemem's ring kill steps) that
 # production builds leave out, and the tests that use them.
@@ -87,7 +88,7 @@ test-wheel:
 test-outside: build venv
 	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) tests/outside/run_outside.py $(OUTSIDE_ARGS)
 
-test: test-go fuzz soak-smoke bench-smoke bench-targets-smoke bench-scale-smoke bench-cluster-smoke test-wheel test-py test-py-socket test-outside
+test: test-go fuzz soak-smoke bench-smoke bench-targets-smoke bench-scale-smoke bench-cluster-smoke bench-socket-smoke bench-aio-smoke test-wheel test-py test-py-socket test-outside
 
 # The Ape-X DQN on Ray + cpprb + syncmgr: exits 0 only if the greedy policy met
 # CartPole-v1's own threshold (mean return >= 475 over 20 episodes, at 3
@@ -110,7 +111,7 @@ $(VENV)/.bench-installed: $(VENV)/.installed
 # The full benchmark: prints the tables and rewrites docs/benchmarks.md,
 # every section (the main comparison, the targets and the Queue rows, the
 # scale section, the Queue kill loops). Each part is a target of its own below.
-bench: bench-main bench-targets bench-scale bench-queue-kills bench-cluster
+bench: bench-main bench-targets bench-scale bench-queue-kills bench-cluster bench-socket bench-aio
 
 bench-main: build venv $(VENV)/.bench-installed
 	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) -m bench $(BENCH_ARGS)
@@ -143,6 +144,25 @@ bench-cluster: build venv
 
 bench-cluster-smoke: build venv
 	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) bench/cluster.py --smoke
+
+# The socket path (fast path off) against SyncManager and Redis: one client's
+# round trip on Unix and TCP loopback, 16 and 64 clients' calls/s and the
+# server's CPU per call, batches, and making a fast-path object. Redis columns
+# need redis-server (apt-get install redis-server) and redis-py (the bench extra).
+bench-socket: build venv $(VENV)/.bench-installed
+	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) bench/socket_path.py
+
+bench-socket-smoke: build venv
+	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) bench/socket_path.py --smoke
+
+# syncmgr.aio: a coroutine hand-off through a Queue against ray.util.queue,
+# aioprocessing and the blocking fast path; async with lock; one set() waking
+# 1,000 coroutines.
+bench-aio: build venv $(VENV)/.bench-installed
+	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) bench/aio_bench.py
+
+bench-aio-smoke: build venv
+	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) bench/aio_bench.py --smoke
 
 # RLlib's co-located learner shards on syncmgr.ray, on 2 simulated nodes: each
 # shard's DQN must reach a greedy mean return of 195 on CartPole-v1

@@ -1,0 +1,326 @@
+"""The socket path against CPython's SyncManager and Redis, in one interleaved run.
+
+The path every remote worker takes (and every op with no fast path). Each
+client is its own process with its own objects; syncmgr's fast path is off.
+
+* **one client's round trip**, µs per call: Value get, and Queue put+get of
+  8 bytes; syncmgr over its Unix socket and over TCP loopback, SyncManager,
+  Redis (``GET``; ``RPUSH`` + ``LPOP``) driven by redis-py;
+* **16 and 64 clients**: aggregate calls/s, and the daemon's CPU per call
+  (its own process's CPU time over the calls made meanwhile);
+* **batches**: ``put_many`` of 64 x 8 B then ``get_many``, items/s, against
+  the same items one request each;
+* **making a fast-path object**: a Lock create with the fast path on
+  (one round trip) against the same create with it off.
+
+    python bench/socket_path.py            # full run; rewrites its section of docs/benchmarks.md
+    python bench/socket_path.py --smoke    # seconds; writes nothing
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.util
+import multiprocessing as mp
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Callable, Optional
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from targets import write_section  # noqa: E402
+
+os.environ["SYNCMGR_FASTPATH"] = "0"
+import syncmgr  # noqa: E402
+from syncmgr._daemon import PrivateDaemon  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DOC = os.path.join(REPO, "docs", "benchmarks.md")
+BEGIN, END = "<!-- socket-path:begin -->", "<!-- socket-path:end -->"
+CTX = mp.get_context("fork")
+BIN = os.environ.get("SYNCMGR_BIN") or os.path.join(REPO, "bin", "syncmgr")
+UNIX, TCP, SM, REDIS = "syncmgr Unix", "syncmgr TCP", "SyncManager", "Redis"
+
+
+def cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        parts = f.read().rsplit(")", 1)[1].split()
+    return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Systems:
+    """The servers, started once for the whole run."""
+
+    def __init__(self, redis: bool) -> None:
+        port = _free_port()
+        self.d = PrivateDaemon(BIN, args=("--tcp", f"127.0.0.1:{port}", "--shm-dir", "none"), forward_log=False,
+                               key_file=False).start()
+        self.tcp = f"tcp://127.0.0.1:{port}"
+        from multiprocessing.managers import SyncManager
+
+        self.sm = SyncManager(address=os.path.join(tempfile.mkdtemp(prefix="smgr-"), "s"), authkey=b"bench")
+        self.sm.start()
+        self.redis: Optional[subprocess.Popen[bytes]] = None
+        self.redis_sock = ""
+        if redis and shutil.which("redis-server") and importlib.util.find_spec("redis") is not None:
+            d = tempfile.mkdtemp(prefix="redis-")
+            self.redis_sock = os.path.join(d, "r.sock")
+            self.redis = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", self.redis_sock,
+                                           "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL)
+            for _ in range(200):
+                if os.path.exists(self.redis_sock):
+                    break
+                time.sleep(0.01)
+
+    def names(self) -> list[str]:
+        return [UNIX, TCP, SM] + ([REDIS] if self.redis else [])
+
+    def pid(self, system: str) -> int:
+        if system in (UNIX, TCP):
+            return self.d.pid
+        if system == SM:
+            return self.sm._process.pid  # type: ignore[attr-defined]
+        assert self.redis is not None
+        return self.redis.pid
+
+    def close(self) -> None:
+        self.d.close()
+        self.sm.shutdown()
+        if self.redis is not None:
+            self.redis.terminate()
+            self.redis.wait(10)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def op_for(S: Systems, system: str, op: str) -> Callable[[], Any]:
+    """A fresh client in this process (a forked child) and its op."""
+    tag = f"{os.getpid()}-{time.monotonic_ns()}"
+    if system in (UNIX, TCP):
+        m = syncmgr.connect(S.d.address if system == UNIX else S.tcp, S.d.key)
+        if op == "val":
+            return m.Value("i", 0).get
+        q = m.Queue()
+        if op == "batch":
+            items = [b"12345678"] * 64
+
+            def batch() -> None:
+                q.put_many(items)
+                q.get_many(64)
+
+            return batch
+        if op == "single64":
+            def single64() -> None:
+                for x in [b"12345678"] * 64:
+                    q.put(x)
+                for _ in range(64):
+                    q.get()
+
+            return single64
+        return lambda: (q.put(b"12345678"), q.get())
+    if system == SM:
+        from multiprocessing.managers import SyncManager
+
+        sm = SyncManager(address=S.sm.address, authkey=b"bench")
+        sm.connect()
+        if op == "val":
+            return sm.Value("i", 0).get
+        sq = sm.Queue()
+        return lambda: (sq.put(b"12345678"), sq.get())
+    import redis
+
+    r = redis.Redis(unix_socket_path=S.redis_sock)
+    key = f"b-{tag}"
+    r.set(key, 0)
+    if op == "val":
+        return lambda: r.get(key)
+    return lambda: (r.rpush(key + "q", b"12345678"), r.lpop(key + "q"))
+
+
+def _worker(S: Systems, system: str, op: str, secs: float, go: Any, out: Any) -> None:
+    f = op_for(S, system, op)
+    f()
+    out.put("ready")
+    go.wait()
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < secs:
+        for _ in range(20):
+            f()
+        n += 20
+    out.put(n)
+
+
+def clients(S: Systems, system: str, op: str, n: int, secs: float) -> dict[str, float]:
+    """n client processes for secs: calls/s and the server's CPU µs per call."""
+    go, out = CTX.Event(), CTX.Queue()
+    ps = [CTX.Process(target=_worker, args=(S, system, op, secs, go, out)) for _ in range(n)]
+    for p in ps:
+        p.start()
+    for _ in ps:
+        assert out.get(timeout=120) == "ready"
+    pid = S.pid(system)
+    c0, t0 = cpu_s(pid), time.perf_counter()
+    go.set()
+    total = sum(out.get(timeout=120) for _ in ps)
+    c1, t1 = cpu_s(pid), time.perf_counter()
+    for p in ps:
+        p.join(30)
+    return {"rate": total / (t1 - t0), "cpu_us": 1e6 * (c1 - c0) / max(total, 1)}
+
+
+def latency(S: Systems, system: str, op: str, n: int) -> float:
+    """µs per call from one client (a forked child, as every client is)."""
+    out = CTX.Queue()
+
+    def child() -> None:
+        f = op_for(S, system, op)
+        for _ in range(200):
+            f()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            f()
+        out.put((time.perf_counter() - t0) / n * 1e6)
+
+    p = CTX.Process(target=child)
+    p.start()
+    r = out.get(timeout=300)
+    p.join(30)
+    return float(r)
+
+
+def create_us(S: Systems, fast: bool, n: int) -> float:
+    out = CTX.Queue()
+
+    def child() -> None:
+        os.environ["SYNCMGR_FASTPATH"] = "1" if fast else "0"
+        m = syncmgr.connect(S.d.address, S.d.key)
+        keep = [m.Lock() for _ in range(20)]
+        t0 = time.perf_counter()
+        for i in range(n):
+            keep.append(m.Lock(name=f"c-{os.getpid()}-{i}"))
+        out.put((time.perf_counter() - t0) / n * 1e6)
+
+    p = CTX.Process(target=child)
+    p.start()
+    r = out.get(timeout=300)
+    p.join(30)
+    return float(r)
+
+
+def run(smoke: bool, redis: bool) -> dict[str, Any]:
+    S = Systems(redis)
+    rounds, secs, lat_n = (1, 0.3, 300) if smoke else (3, 2.0, 3000)
+    counts = (4,) if smoke else (16, 64)
+    R: dict[str, Any] = {"systems": S.names(), "lat": {}, "tp": {}, "batch": {}, "create": {True: [], False: []}}
+    try:
+        for r in range(rounds):
+            order = S.names()[r % len(S.names()):] + S.names()[:r % len(S.names())]
+            for s in order:
+                for op in ("val", "q"):
+                    R["lat"].setdefault((s, op), []).append(latency(S, s, op, lat_n))
+            for n in counts:
+                for s in order:
+                    if s == TCP:
+                        continue  # the daemon's CPU is the same on either socket; TCP's row is latency
+                    for op in ("val", "q"):
+                        R["tp"].setdefault((s, op, n), []).append(clients(S, s, op, n, secs))
+            for s in (UNIX, TCP):
+                for op in ("batch", "single64"):
+                    us = latency(S, s, op, max(20, lat_n // 30))
+                    R["batch"].setdefault((s, op), []).append(64 / us * 1e6)
+            for fast in (True, False):
+                R["create"][fast].append(create_us(S, fast, 100 if smoke else 1000))
+    finally:
+        S.close()
+    return R
+
+
+def med(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def report(R: dict[str, Any]) -> list[str]:
+    systems = R["systems"]
+    L = ["### One client's round trip, µs per call (lower is better)", "",
+         "| op | " + " | ".join(systems) + " | syncmgr Unix / SyncManager | syncmgr TCP / SyncManager |",
+         "|---|" + "---:|" * (len(systems) + 2)]
+    for op, label in (("val", "Value get"), ("q", "Queue put + get, 8 B")):
+        v = {s: med(R["lat"][(s, op)]) for s in systems}
+        L.append(f"| {label} | " + " | ".join(f"{v[s]:.1f}" for s in systems)
+                 + f" | {v[UNIX] / v[SM]:.2f}x | {v[TCP] / v[SM]:.2f}x |")
+    L += ["", "Target: at most 1.0x SyncManager's, on the Unix socket and on TCP loopback.", ""]
+    counts = sorted({k[2] for k in R["tp"]})
+    tsys = [s for s in systems if s != TCP]
+    L += ["### Many clients: aggregate calls/s, and the server's CPU per call", "",
+          "| clients | op | " + " | ".join(f"{s} calls/s" for s in tsys) + " | "
+          + " | ".join(f"{s} CPU µs/call" for s in tsys) + " |",
+          "|---|---|" + "---:|" * (2 * len(tsys))]
+    for n in counts:
+        for op, label in (("val", "Value get"), ("q", "Queue put + get")):
+            cell = {s: (med([x["rate"] for x in R["tp"][(s, op, n)]]), med([x["cpu_us"] for x in R["tp"][(s, op, n)]]))
+                    for s in tsys}
+            L.append(f"| {n} | {label} | " + " | ".join(f"{cell[s][0]:,.0f}" for s in tsys) + " | "
+                     + " | ".join(f"{cell[s][1]:.1f}" for s in tsys) + " |")
+    if REDIS in tsys:
+        L += ["", "Targets at 16 and 64 clients: daemon CPU per call at most 1.5x Redis's; aggregate calls/s at least "
+              "2x Redis's and 3x SyncManager's.", ""]
+        for n in counts:
+            for op, label in (("val", "Value get"), ("q", "Queue put + get")):
+                g = {s: R["tp"][(s, op, n)] for s in tsys}
+                cpu = med([x["cpu_us"] for x in g[UNIX]]) / med([x["cpu_us"] for x in g[REDIS]])
+                vs_r = med([x["rate"] for x in g[UNIX]]) / med([x["rate"] for x in g[REDIS]])
+                vs_s = med([x["rate"] for x in g[UNIX]]) / med([x["rate"] for x in g[SM]])
+                L.append(f"* {n} clients, {label}: CPU per call {cpu:.2f}x Redis's "
+                         f"({'PASS' if cpu <= 1.5 else 'MISS'}); calls/s {vs_r:.2f}x Redis's "
+                         f"({'PASS' if vs_r >= 2 else 'MISS'}), {vs_s:.2f}x SyncManager's "
+                         f"({'PASS' if vs_s >= 3 else 'MISS'})")
+    L += ["", "### Batches: `put_many` of 64 x 8 B then `get_many`, items/s", "",
+          "| socket | one request per batch | one request per item | ratio |", "|---|---:|---:|---:|"]
+    for s in (UNIX, TCP):
+        b, one = med(R["batch"][(s, "batch")]), med(R["batch"][(s, "single64")])
+        L.append(f"| {s} | {b:,.0f} | {one:,.0f} | {b / one:.1f}x |")
+    L += ["", "Target: at least 30x the 17k items/s a socket `put_many(64)` made when it was one request per item "
+          "(over the Unix socket).", ""]
+    on, off = med(R["create"][True]), med(R["create"][False])
+    L += ["### Making a fast-path object", "",
+          f"A named Lock create with the fast path on: {on:.0f} µs; off: {off:.0f} µs; ratio {on / off:.2f}x "
+          f"(target <= 1.1x: {'PASS' if on <= 1.1 * off else 'MISS'}).", ""]
+    spread = [max(v) / min(v) for v in R["lat"].values() if min(v) > 0]
+    L.append(f"Medians of {len(next(iter(R['lat'].values())))} interleaved rounds; the run-to-run spread of the "
+             f"latency cells was up to {100 * (max(spread) - 1):.0f}% (max/min).")
+    return L
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--smoke", action="store_true", help="seconds; writes nothing")
+    ap.add_argument("--no-redis", action="store_true", help="leave Redis out even when redis-server is installed")
+    args = ap.parse_args(argv)
+    load0 = os.getloadavg()
+    R = run(args.smoke, not args.no_redis)
+    load1 = os.getloadavg()
+    L = report(R)
+    print("\n".join(L))
+    if not args.smoke:
+        when = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+        head = [BEGIN, "## The socket path: syncmgr against SyncManager and Redis", "",
+                f"*Generated by `bench/socket_path.py` (`make bench-socket`); rerun it rather than editing.* {when}, "
+                f"{os.cpu_count()} CPUs, load average {load0[0]:.2f} at start and {load1[0]:.2f} at end. Each client "
+                "is a process of its own with its own objects; syncmgr's fast path is off.", ""]
+        write_section(DOC, BEGIN, END, "\n".join(head + L + [END]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
