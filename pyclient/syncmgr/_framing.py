@@ -109,6 +109,10 @@ def bin_array(items: list[list[Any]]) -> list[Any]:
     pieces of its encoding (_values.dumps_parts), as a list of buffers to
     concatenate: the items' large buffers are not copied (put_many's
     ``items`` argument)."""
+    if all(len(pieces) == 1 for pieces in items):
+        # Every item in one piece (plain data, a pickle without large
+        # buffers): the C packer writes the whole array of bins at once.
+        return [packb([pieces[0] for pieces in items])]
     n = len(items)
     out: list[Any] = [bytes([0x90 | n]) if n < 16 else b"\xdc" + struct.pack(">H", n) if n < 65536
                       else b"\xdd" + struct.pack(">I", n)]

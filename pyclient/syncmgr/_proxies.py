@@ -408,7 +408,7 @@ class QueueProxy(BaseProxy):
         there is no room for the whole batch it waits, as put does, and
         raises Full at the deadline with nothing stored; a batch of more
         items than maxsize can never fit and raises ValueError at once."""
-        parts = [_values.dumps_parts(x) for x in items]
+        parts = _values.dumps_many(list(items))
         if not parts:
             return
         t = 0.0 if not block else timeout_arg(True, timeout, minus_one_forever=False)
@@ -431,7 +431,7 @@ class QueueProxy(BaseProxy):
         datas = self._call_blocking("get_many", t, undo=self._undo_get_many, n=min(max_items, 1 << 20), block=block,
                                     timeout=t)
         try:
-            return [_loads(d) for d in datas]
+            return _values.loads_many(datas)
         except BaseException:
             self._undo_get_many(datas)  # an item that does not decode: all go back, nothing taken
             raise

@@ -38,7 +38,7 @@ from typing import Any
 
 import msgpack
 
-__all__ = ["TAG", "TAG_OOB", "dumps", "dumps_parts", "loads", "is_plain"]
+__all__ = ["TAG", "TAG_OOB", "dumps", "dumps_many", "dumps_parts", "is_plain", "loads", "loads_many"]
 
 TAG = b"\xc1"
 _TAG_INT = 0xC1
@@ -97,6 +97,35 @@ def dumps(obj: Any) -> bytes:
         except _NOT_PLAIN:  # not plain inside (or, e.g., a str with lone surrogates)
             pass
     return pickle.dumps(obj, protocol=PICKLE_PROTOCOL)
+
+
+def dumps_many(objs: list[Any]) -> list[list[Any]]:
+    """dumps_parts of each of objs (a put_many batch), with the thread's
+    Packer taken once for the batch rather than once per item."""
+    p = getattr(_local, "packer", None)
+    if p is None:
+        p = msgpack.Packer(use_bin_type=True, strict_types=True)
+    _local.packer = None
+    try:
+        out: list[list[Any]] = []
+        for obj in objs:
+            if type(obj) in _PLAIN_TYPES:
+                try:
+                    out.append([TAG + p.pack(obj)])
+                    continue
+                except _NOT_PLAIN:
+                    pass
+            out.append(dumps_parts(obj))
+        return out
+    finally:
+        _local.packer = p
+
+
+def loads_many(datas: list[Any]) -> list[Any]:
+    """loads of each of datas (a get_many reply)."""
+    unpack = msgpack.unpackb
+    return [unpack(memoryview(d)[1:], raw=False, strict_map_key=False, use_list=True)
+            if len(d) and d[0] == _TAG_INT else loads(d) for d in datas]
 
 
 def dumps_parts(obj: Any) -> list[Any]:

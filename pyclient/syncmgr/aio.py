@@ -609,7 +609,7 @@ class QueueView(View):
     async def put_many(self, items: Any, timeout: Optional[float] = None) -> None:
         """All the items, adjacent and in order, or none (see put_many)."""
         t = _wait_arg(timeout)
-        parts = [_values.dumps_parts(x) for x in items]
+        parts = _values.dumps_many(list(items))
         if not parts:
             return
         if self._fast():
@@ -638,7 +638,7 @@ class QueueView(View):
             except exc.Empty:
                 pass
         datas = await self._call("get_many", undo=self._unget_many, n=min(max_items, 1 << 20), timeout=t)
-        return [_values.loads(d) for d in datas]
+        return _values.loads_many(datas)
 
     def _unget(self, data: Any) -> None:
         if isinstance(data, (bytes, bytearray, memoryview)):
