@@ -43,6 +43,7 @@ fuzz:
 	$(GO) test ./auth -run '^$$' -fuzz '^FuzzServerHandshake$$' -fuzztime $$(( $(FUZZN) / 10 ))x
 	$(GO) test ./proxy -run '^$$' -fuzz '^FuzzDecodeValue$$' -fuzztime $$(( $(FUZZN) / 10 ))x
 	$(GO) test ./manager -run '^$$' -fuzz '^FuzzQueueBatch$$' -fuzztime $$(( $(FUZZN) / 25 ))x
+	$(GO) test ./wire -run '^$$' -fuzz '^FuzzBinTuples$$' -fuzztime $$(( $(FUZZN) / 10 ))x
 
 lint-py: venv
 	$(VENV)/bin/ruff check pyclient tests/python tests/outside tests/wheel examples bench
