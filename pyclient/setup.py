@@ -24,6 +24,9 @@ if sys.platform.startswith("linux"):
             sources=sorted(glob.glob("csrc/fp_*.c")),
             depends=["csrc/fastpath.h"],
             extra_compile_args=["-O2", "-Wall", "-Wextra", "-fvisibility=hidden"],
+            # The test build (scripts/setup-venv.sh) compiles the ring's kill-step
+            # hook in; wheels and plain installs do not.
+            define_macros=[("SYNCMGR_TEST_HOOKS", "1")] if os.environ.get("SYNCMGR_TEST_HOOKS") == "1" else [],
             optional=os.environ.get("SYNCMGR_WHEEL_REQUIRE_EXT") != "1",
         )
     )

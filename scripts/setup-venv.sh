@@ -15,4 +15,6 @@ if [ ! -x "$venv/bin/python" ]; then
   }
 fi
 "$venv/bin/python" -m pip install -q --upgrade pip
-"$venv/bin/python" -m pip install -q -e "./pyclient[test,ray]"
+# SYNCMGR_TEST_HOOKS: the extension with its test hooks (the queue ring's
+# kill steps, which the kill loops use); wheels are built without them.
+SYNCMGR_TEST_HOOKS=1 "$venv/bin/python" -m pip install -q -e "./pyclient[test,ray]"

@@ -76,13 +76,20 @@ typedef struct {
     int detached;
 } Ring;
 
-/* Test hook: the process kills itself at this labelled step (0: never). */
+#ifdef SYNCMGR_TEST_HOOKS
+/* Test hook (test builds only: SYNCMGR_TEST_HOOKS): the process kills
+ * itself at this labelled step (0: never). */
 static int kill_step;
 #define STEP(n)                      \
     do {                             \
         if (kill_step == (n))        \
             raise(SIGKILL);          \
     } while (0)
+#else
+#define STEP(n) \
+    do {        \
+    } while (0)
+#endif
 
 #define W64(r, off) ((uint64_t *)((r)->base + (off)))
 #define W32(r, off) ((uint32_t *)((r)->base + (off)))
@@ -1137,6 +1144,7 @@ static PyTypeObject RingType = {
  * latch taken, 12 copied out, 13 committed (on a JoinableQueue: its debt
  * not yet recorded); 21 leaving a sleep; task_done: 31 latch taken, 32
  * journal written, 33 committed, its debt not yet paid). */
+#ifdef SYNCMGR_TEST_HOOKS
 static PyObject *set_kill_step(PyObject *Py_UNUSED(m), PyObject *arg) {
     long n = PyLong_AsLong(arg);
     if (n == -1 && PyErr_Occurred())
@@ -1144,9 +1152,12 @@ static PyObject *set_kill_step(PyObject *Py_UNUSED(m), PyObject *arg) {
     kill_step = (int)n;
     Py_RETURN_NONE;
 }
+#endif
 
 PyMethodDef queue_module_methods[] = {
+#ifdef SYNCMGR_TEST_HOOKS
     {"_set_queue_kill_step", set_kill_step, METH_O, "tests only: SIGKILL at a labelled step of a queue op"},
+#endif
     {NULL, NULL, 0, NULL},
 };
 

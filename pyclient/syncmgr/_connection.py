@@ -17,15 +17,11 @@ Where a key comes from is ``_keys``; TLS settings and pins are ``_tls``.
 from __future__ import annotations
 
 import collections
-import hashlib
-import hmac
 import itertools
 import logging
 import os
-import re
 import socket
 import ssl
-import sys
 import threading
 import time
 from typing import Any, Optional
@@ -34,16 +30,19 @@ import msgpack
 
 from . import exceptions as exc
 from ._framing import HEADER, ITEM_ALIGN, bin_reply, bin_start, check_size, encode_request, frame, packb, sendmsg_all
+from ._handshake import (
+    _HANDSHAKE_MAX,
+    Handshake,
+    _HandshakeDropped,
+    _no_ready,
+    _NoReady,
+)
 from ._keys import coerce_key, key_and_source_for, looks_like_hex_text
 from ._tls import check_pin, pinned_tls_context, tls_context_from_env
 
 _log = logging.getLogger("syncmgr")
 _log.addHandler(logging.NullHandler())
 
-PROTOCOL_VERSION = 1
-_HANDSHAKE_MAX = 4 << 10
-_CLIENT_LABEL = b"syncmgr/1 client"
-_SERVER_LABEL = b"syncmgr/1 server"
 CONNECT_TIMEOUT = 10.0
 # A pooled connection idle for longer than this is checked (one poll) before
 # use, so that a daemon restart is noticed without failing a call.
@@ -54,46 +53,6 @@ _IDLE_CHECK = 0.5
 _session_id = os.urandom(16)
 _clients: dict[str, Client] = {}
 _clients_lock = threading.Lock()
-
-
-_label: Optional[str] = None
-MAX_LABEL = 128
-
-
-def set_label(label: Optional[str]) -> None:
-    """Name this process in ``syncmgr status`` (None: the default label).
-    It applies to the connections this process opens from now on; the
-    daemon shows the label of a session's latest connection."""
-    global _label
-    if label is not None and not isinstance(label, str):
-        raise TypeError("a label is a str")
-    _label = label[:MAX_LABEL] if label is not None else None
-
-
-def current_label() -> str:
-    """The label the next connection presents: the one set with
-    ``set_label`` (or ``connect(label=...)``), else the program's name, its
-    pid, the multiprocessing process name when it is not the main process,
-    and the Ray worker id when running in a Ray worker."""
-    if _label is not None:
-        return _label
-    prog = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
-    parts = [f"{prog if prog not in ('', '-c', '-') else 'python'}[{os.getpid()}]"]
-    mp = sys.modules.get("multiprocessing")
-    if mp is not None:
-        name = mp.current_process().name
-        if name != "MainProcess":
-            parts.append(name)
-    ray = sys.modules.get("ray")
-    if ray is not None:
-        try:
-            if ray.is_initialized():
-                ctx = ray.get_runtime_context()
-                if ctx.worker.mode == ray.WORKER_MODE:
-                    parts.append(f"ray worker {ctx.get_worker_id()[:16]}")
-        except Exception:  # noqa: BLE001 - a label must never break a connection
-            pass
-    return " ".join(parts)[:MAX_LABEL]
 
 
 def _after_fork_in_child() -> None:
@@ -182,6 +141,24 @@ def route_for(address: str) -> Optional[Route]:
 
 
 _RAY_MARK = "/syncmgr-ray-"
+
+
+def fresh_route(address: str, old: Route) -> Optional[Route]:
+    """For an address of a syncmgr cluster on Ray whose route failed (a
+    refused key or pin, nobody at its port): the route asked anew, if it
+    differs from old; None otherwise (nothing to try again)."""
+    if _RAY_MARK not in address:
+        return None
+    from . import ray as _ray  # noqa: PLC0415 - Ray is optional and heavy: only for its addresses
+
+    _ray.forget(address)
+    try:
+        new = _ray.route(address)
+    except exc.SyncMgrError:
+        return None
+    if new is None or (new.dial, new.key, new.pin) == (old.dial, old.key, old.pin):
+        return None
+    return new
 
 
 def get_client(address: str, authkey: Any = None, ssl_context: Optional[ssl.SSLContext] = None) -> Client:
@@ -453,92 +430,6 @@ def _notice_in(data: bytes) -> Optional[exc.SyncMgrError]:
     return None
 
 
-class Handshake:
-    """The client's side of the handshake (docs/protocol.md section 3),
-    without I/O: each step checks the daemon's message and says what to
-    send, so the blocking connection and the asyncio one (syncmgr.aio)
-    speak it alike. Errors are those of a refused or failed handshake."""
-
-    def __init__(self, address: str, key: bytes, session: bytes, key_hint: str = "") -> None:
-        self.address = address
-        self.key = key
-        self.session = session
-        self.key_hint = key_hint  # appended to an authentication error
-        self.max_frame = 64 << 20
-        self._ns = self._nc = b""
-
-    def refused(self, msg: dict[str, Any]) -> exc.SyncMgrError:
-        """The error of an error frame the daemon answered the handshake with."""
-        code, message = msg.get("code", ""), msg.get("message", "")
-        if code == "auth_failed":
-            return exc.AuthenticationError(f"syncmgr at {self.address} refused this client: {message}{self.key_hint}")
-        e = exc.from_code(code, f"syncmgr at {self.address}: {message}")
-        e.retry_after = _retry_hint(msg)  # type: ignore[attr-defined]
-        return e
-
-    def hello(self, hello: Any, ready: bool) -> bytes:
-        """Check the daemon's hello (ready: the client spoke first) and
-        return its nonce."""
-        if isinstance(hello, dict) and hello.get("t") == "error":
-            raise self.refused(hello)
-        if not isinstance(hello, dict) or hello.get("t") != "hello" or len(hello.get("nonce", b"")) != 32:
-            raise exc.ProtocolError(f"{self.address} does not speak the syncmgr protocol")
-        if PROTOCOL_VERSION not in hello.get("versions", []):
-            raise exc.ProtocolError(
-                f"syncmgr at {self.address} speaks protocol versions {hello.get('versions')}, "
-                f"this client {PROTOCOL_VERSION}"
-            )
-        if ready and not hello.get("ready"):
-            raise _NoReady()
-        self.max_frame = int(hello.get("max_frame", self.max_frame))
-        return bytes(hello["nonce"])
-
-    def auth(self, ns: bytes) -> bytes:
-        """The auth message's body, proving the key over the daemon's nonce."""
-        self._ns, self._nc = ns, os.urandom(32)
-        return packb({"t": "auth", "version": PROTOCOL_VERSION, "nonce": self._nc,
-                      "mac": hmac.new(self.key, _CLIENT_LABEL + ns + self._nc, hashlib.sha256).digest(),
-                      "session": self.session, "pid": os.getpid(), "label": current_label()})
-
-    def welcome(self, welcome: Any) -> tuple[str, str]:
-        """Check the daemon's proof of the key; return its boot id and run id."""
-        if isinstance(welcome, dict) and welcome.get("t") == "error":
-            raise self.refused(welcome)
-        if not isinstance(welcome, dict) or welcome.get("t") != "welcome":
-            raise exc.ProtocolError(f"unexpected handshake reply from {self.address}")
-        expect = hmac.new(self.key, _SERVER_LABEL + self._nc + self._ns, hashlib.sha256).digest()
-        if not hmac.compare_digest(welcome.get("mac", b""), expect):
-            raise exc.AuthenticationError(
-                f"the server at {self.address} did not prove it knows the authkey{self.key_hint}")
-        return welcome.get("boot_id", ""), str(welcome.get("run", ""))
-
-
-class _NoReady(Exception):
-    """The daemon does not read a ready frame (it is older than it)."""
-
-
-class _HandshakeDropped(exc.ConnectError):
-    """The daemon closed the connection during the handshake."""
-
-
-_no_ready: set[str] = set()  # addresses of daemons that do not read a ready frame
-_RETRY_IN = re.compile(r"retry in ([0-9.]+)(ms|s)\b")
-
-
-def _retry_hint(msg: dict[str, Any]) -> float:
-    """The daemon's retry hint in seconds (capped at 5 s): the error frame's
-    retry_after, else a "retry in 54ms" in an older daemon's message."""
-    try:
-        hint = float(msg.get("retry_after") or 0.0)
-    except (TypeError, ValueError):
-        hint = 0.0
-    if hint <= 0:
-        m = _RETRY_IN.search(str(msg.get("message", "")))
-        if m:
-            hint = float(m.group(1)) / (1000.0 if m.group(2) == "ms" else 1.0)
-    return min(max(hint, 0.0), 5.0)
-
-
 def _check_server_uid(sock: socket.socket, address: str) -> None:
     """Refuse a Unix socket whose listener runs as another user than ours or
     root (SO_PEERCRED), before sending anything: another user could have put
@@ -674,7 +565,7 @@ class Client:
                     _log.info("syncmgr at %s closed idle connections (restarted?); reconnecting", self.address)
                     self._lost = True
             try:
-                conn = self.route.connect(_session_id, retry=False)
+                conn = self._connect_fresh()
                 break
             except (exc.LimitError, _HandshakeDropped) as e:
                 # The daemon's caps or its handshake budget: try again (a
@@ -718,6 +609,19 @@ class Client:
         if isinstance(notice, exc.ShuttingDownError):
             self._stopping = True
 
+    def _connect_fresh(self) -> Connection:
+        """A new connection by the route; a cluster-on-Ray address whose
+        route was refused or found nobody is routed anew once (the cluster
+        was started again under the same name)."""
+        try:
+            return self.route.connect(_session_id, retry=False)
+        except (exc.AuthenticationError, exc.ConnectError):
+            fresh = fresh_route(self.address, self.route)
+            if fresh is None:
+                raise
+            self.route = fresh
+            return self.route.connect(_session_id, retry=False)
+
     def _give_back(self, conn: Connection) -> None:
         if conn.closed:
             return
@@ -739,7 +643,7 @@ class Client:
             self.call("ping", {})
 
     def call(self, op: str, args: dict[str, Any], *, blob_key: Optional[str] = None, blob: Any = None,
-             wait: Optional[float] = 0.0, undo: Optional[Undo] = None) -> Any:
+             wait: Optional[float] = 0.0, undo: Optional[Undo] = None, _again: bool = False) -> Any:
         """Send one request and return its result.
 
         ``wait`` is how long the op may block on the daemon (None: for ever);
@@ -800,6 +704,15 @@ class Client:
                 if rep_id == 0 and err:
                     notice = exc.from_code(err[0], err[1])
                     self._noticed(notice)
+                    if conn.last_used and not _again and isinstance(notice, exc.ShuttingDownError):
+                        # A pooled connection whose daemon stopped while it
+                        # was idle (a TLS socket cannot be peeked): the
+                        # notice came before our request, which a stopping
+                        # daemon refuses unread, so it goes once more on a
+                        # fresh connection (to the daemon now at the address).
+                        conn.close()
+                        self.close()
+                        return self.call(op, args, blob_key=blob_key, blob=blob, wait=wait, undo=undo, _again=True)
                     raise notice
                 rep_id, err, result = conn.recv_reply()
         except KeyboardInterrupt:

@@ -17,8 +17,9 @@ from . import _containers, _fast
 from . import _proxies as px
 from . import exceptions as exc
 from . import shared_memory as shm
-from ._connection import Client, default_address, get_client, normalize_address, set_label
+from ._connection import Client, default_address, get_client, normalize_address
 from ._daemon import KEY_FILE, PrivateDaemon, find_binary, private_dir, write_key_file
+from ._handshake import set_label
 from ._keys import coerce_key, key_for, read_key_file
 from ._tls import TLS_ENV
 

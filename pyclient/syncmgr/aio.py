@@ -63,15 +63,15 @@ from . import _fast, _values
 from . import exceptions as exc
 from ._args import check_count, timeout_arg
 from ._connection import (
-    _HANDSHAKE_MAX,
     CONNECT_TIMEOUT,
-    Handshake,
     Route,
     _check_server_uid,
+    fresh_route,
     get_client,
     session_id,
 )
 from ._framing import HEADER, bin_array, check_size, encode_request, frame, packb
+from ._handshake import _HANDSHAKE_MAX, Handshake
 from ._manager import Manager as _SyncManager
 from ._manager import connect as _sync_connect
 from ._proxies import (
@@ -277,7 +277,7 @@ class AsyncClient:
         if p is not None and p.lost is None:
             return p
         if self._connecting is None:
-            self._connecting = asyncio.ensure_future(_open(self.route, session_id()))
+            self._connecting = asyncio.ensure_future(self._open())
         connecting = self._connecting
         try:
             p = await asyncio.shield(connecting)
@@ -286,6 +286,18 @@ class AsyncClient:
                 self._connecting = None
         self._proto = p
         return p
+
+    async def _open(self) -> _Protocol:
+        try:
+            return await _open(self.route, session_id())
+        except (exc.AuthenticationError, exc.ConnectError):
+            # A cluster-on-Ray address: the cluster may have been started
+            # again under the same name; ask for its route once more.
+            fresh = await asyncio.get_running_loop().run_in_executor(None, fresh_route, self.address, self.route)
+            if fresh is None:
+                raise
+            self.route = fresh
+            return await _open(self.route, session_id())
 
     async def call(self, op: str, args: dict[str, Any], *, blob_key: Optional[str] = None, blob: Any = None,
                    undo: Optional[Undo] = None) -> Any:

@@ -392,6 +392,18 @@ def _here() -> str:
     return str(_connected_ray().get_runtime_context().get_node_id())
 
 
+def forget(address: str) -> None:
+    """Forget what this process was told about the cluster address names
+    (its key, its nodes' addresses and pins), so that the next route() asks
+    the keeper again: a cluster started again under the same name (a
+    test's, a restarted job's) has another key and other ports, and a Ray
+    worker process outlives clusters."""
+    m = _ADDRESS.search(address)
+    if m is not None:
+        with _known_lock:
+            _known.pop(m["cluster"], None)
+
+
 def route(address: str) -> Optional[Route]:
     """How this process reaches the daemon a syncmgr.ray address names (see
     the module docstring), or None if address is not one."""
@@ -501,6 +513,16 @@ class Cluster:
             ray.get(keeper.shutdown.remote(), timeout=120)
         with contextlib.suppress(Exception):
             ray.kill(keeper)
+        # ray.kill returns before the name is free: wait until it is, so that a
+        # start() right after makes a new cluster instead of finding this one
+        # on its way out.
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                ray.get_actor(_keeper_name(self.name), namespace=NAMESPACE)
+            except ValueError:
+                break
+            time.sleep(0.05)
         _started.pop(self.name, None)
         with _known_lock:
             _known.pop(self.name, None)

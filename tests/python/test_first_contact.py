@@ -261,3 +261,35 @@ def test_a_wrong_key_with_both_variables_set_names_the_one_used(fresh, tmp_path,
     monkeypatch.delenv("SYNCMGR_AUTHKEY")
     _connection._clients.pop(fresh.address, None)
     assert syncmgr.connect().Event().is_set() is False  # the file alone is used, and right
+
+
+def test_a_pooled_tls_connection_of_a_stopped_daemon_is_not_the_answer(tmp_path):
+    """Over TLS (where an idle connection cannot be peeked), a daemon that
+    stopped gracefully while the client's connection sat in its pool left a
+    shutdown notice in it; the next call reaches the daemon now at the
+    address instead of raising that old notice."""
+    import json
+    import socket as _socket
+
+    from syncmgr import _connection
+
+    with _socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    info = tmp_path / "info.json"
+    d = start_daemon("--tcp", f"127.0.0.1:{port}", "--tls-self-signed", "--info-file", str(info))
+    try:
+        def client() -> _connection.Client:
+            pin = json.loads(info.read_text())["tls_sha256"]
+            route = _connection.Route(f"tcp://127.0.0.1:{port}", d.key, "the test's key", None, pin)
+            return _connection.Client(f"tcp://127.0.0.1:{port}", route)
+
+        c = client()
+        c.call("create", {"kind": "value", "name": "survivor", "typecode": "i", "value": 7})
+        assert c.call("get", {"kind": "value", "name": "survivor"}) == 7
+        d.restart()  # a graceful stop (its notice goes to every connection), then a new run on the same port
+        time.sleep(0.6)  # past the pool's quick-reuse window
+        c.route = client().route  # the new run's certificate (the pin is the caller's to know)
+        assert c.call("ping", {}) is None
+    finally:
+        d.close()

@@ -49,7 +49,7 @@ def test_labels_set_from_python_default_and_escaped(daemon):
 
 def test_label_in_a_multiprocessing_child_names_the_process():
     code = ("import multiprocessing as mp, syncmgr\n"
-            "def f(q): q.put(syncmgr._connection.current_label())\n"
+            "def f(q): q.put(syncmgr._handshake.current_label())\n"
             "if __name__ == '__main__':\n"
             "    ctx = mp.get_context('fork'); q = ctx.Queue()\n"
             "    p = ctx.Process(target=f, args=(q,), name='loader-2')\n"

@@ -51,11 +51,12 @@ it hands every other op to the proxy class's own method, the socket path
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any, cast
 
 from .handle import Handle
 from .ring import JoinableQueueHandle, QueueHandle
-from .segment import FastPath, _ext, enabled_by_env, path_for, reasons
+from .segment import FastPath, _ext, _paths, enabled_by_env, path_for, reasons
 from .words import EventHandle, LockHandle, RLockHandle, SemHandle, ValueHandle
 
 if TYPE_CHECKING:
@@ -93,11 +94,14 @@ del _cls, _kinds, _kind, _word
 
 def wants_ref(client: Client, kind: str) -> bool:
     """Whether a create of kind should ask for the object's word in its
-    reply (the "fastpath" argument): the fast path is on for client."""
+    reply (the "fastpath" argument): this process has mapped client's
+    daemon's segment already. (It does not map it here: the create comes
+    first, so that a client short of connections still gets its object,
+    on the socket path.)"""
     if kind not in _WORDS or not enabled_by_env():
         return False
-    fp = path_for(client)
-    return fp is not None and fp.ok
+    fp = _paths.get(id(client))
+    return fp is not None and fp.ok and fp.pid == os.getpid()
 
 
 def attach(proxy: BaseProxy, hint: Any = None) -> None:
