@@ -37,7 +37,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--wait-quiet", type=float, metavar="SECONDS",
                    help="first wait up to this long for the 1-minute load average to drop below 0.7")
     p.add_argument("--no-targets", action="store_true",
-                   help="skip bench/targets.py (the issue 13 targets), which a full run starts after its own part")
+                   help="skip bench/targets.py (the same-host targets), which a full run starts after its own part")
     p.add_argument("--max-time", type=float, help="abort the run after this many seconds (default 1800, smoke 110)")
     args = p.parse_args(argv)
     if args.smoke and args.quick:
@@ -76,7 +76,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         R = run(args)
         R.setdefault("notes", []).append(
             "syncmgr columns in the sections above: the socket path (SYNCMGR_FASTPATH=0). The same-host fast "
-            "path, on by default, is measured against the same baselines in the issue 13 targets section below.")
+            "path, on by default, is measured against the same baselines in the same-host targets section below.")
         signal.alarm(0)
     except KeyboardInterrupt:
         log("interrupted; cleaning up")
@@ -114,7 +114,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 def run_targets(out: Optional[str]) -> int:
-    """Run bench/targets.py (the issue 13 targets, in a process of its own) after the main part, so that
+    """Run bench/targets.py (the same-host targets, in a process of its own) after the main part, so that
     a full run shows everything; it rewrites only its own marked section of the report."""
     script = os.path.join(HERE, "targets.py")
     if not os.path.exists(script):

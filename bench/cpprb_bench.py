@@ -1,5 +1,5 @@
 """cpprb's multiprocessing replay buffers with syncmgr, SyncManager and plain
-multiprocessing as ``ctx=``: the table of issue 13's cpprb target.
+multiprocessing as ``ctx=``: the table of the cpprb target in the same-host targets.
 
 For every cell (buffer class x cpprb backend x explorer processes x batch
 size) each context runs in turn, the order rotating between rounds: the

@@ -1,4 +1,4 @@
-"""Issue 20's targets: Queue throughput, syncmgr's ring against faster-fifo, multiprocessing.Queue and SyncManager.
+"""Queue targets: Queue throughput, syncmgr's ring against faster-fifo, multiprocessing.Queue and SyncManager.
 
 One interleaved run (the order of the systems rotates from round to round;
 medians over rounds; ratios printed) of:
@@ -296,7 +296,7 @@ def report(R: dict[str, Any], md: bool) -> str:
 
 
 def write_doc(R: dict[str, Any], path: str) -> None:
-    body = "\n".join([BEGIN, "", "## Issue 20 targets: Queue rings", "",
+    body = "\n".join([BEGIN, "", "## Queue rings against faster-fifo, multiprocessing.Queue and SyncManager", "",
                       f"{R['date']}, {os.cpu_count()} CPUs; fast path: {R['fast_state']}; medians of "
                       f"{R['rounds']} interleaved rounds.", "",
                       report(R, True), "", END])

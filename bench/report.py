@@ -498,7 +498,7 @@ def write_markdown(R: dict[str, Any], path: str, plots: list[str]) -> None:
              "rewrites this page from such a file without measuring again.")
     L.append("")
     # Sections other tools write between "<!-- name:begin ... -->" and "<!-- name:end -->" markers
-    # (make demo-compare, the issue 13 targets) are kept, in their order, after this run's part.
+    # (make demo-compare, the same-host targets) are kept, in their order, after this run's part.
     for block in kept_sections(path):
         L.append(block)
         L.append("")

@@ -488,7 +488,7 @@ def config(args: argparse.Namespace) -> dict[str, Any]:
     return cfg
 
 
-# Wall time of each mode on the reference machine (2 cores), the issue 13 targets not included.
+# Wall time of each mode on the reference machine (2 cores), the same-host targets not included.
 EXPECTED = {"smoke": "about 20 s", "quick": "about 1-2 min", "full": "about 3-5 min"}
 
 
