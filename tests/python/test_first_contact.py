@@ -16,7 +16,7 @@ import time
 import pytest
 
 import syncmgr
-from conftest import start_daemon, start_daemon_proc
+from conftest import start_daemon, start_daemon_proc, wait_until
 from syncmgr import _fast
 
 FAST = _fast.enabled_by_env()
@@ -287,7 +287,16 @@ def test_a_pooled_tls_connection_of_a_stopped_daemon_is_not_the_answer(tmp_path)
         c = client()
         c.call("create", {"kind": "value", "name": "survivor", "typecode": "i", "value": 7})
         assert c.call("get", {"kind": "value", "name": "survivor"}) == 7
+        first = json.loads(info.read_text())["run"]
         d.restart()  # a graceful stop (its notice goes to every connection), then a new run on the same port
+
+        def new_run() -> bool:
+            try:
+                return json.loads(info.read_text())["run"] != first
+            except (OSError, ValueError, KeyError):
+                return False
+
+        assert wait_until(new_run, timeout=20)  # the new run's info file (written once it listens)
         time.sleep(0.6)  # past the pool's quick-reuse window
         c.route = client().route  # the new run's certificate (the pin is the caller's to know)
         assert c.call("ping", {}) is None
