@@ -106,7 +106,7 @@ demo-compare: build venv
 	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) examples/ray_replay_demo.py --compare $(if $(WRITE_DOCS),--write-docs) $(DEMO_ARGS)
 
 $(VENV)/.bench-installed: $(VENV)/.installed
-	$(PY) -m pip install -q -e "./pyclient[bench]"
+	SYNCMGR_TEST_HOOKS=1 $(PY) -m pip install -q -e "./pyclient[bench]"
 	touch $@
 
 # The full benchmark: prints the tables and rewrites docs/benchmarks.md,
@@ -183,7 +183,7 @@ bench-smoke: build venv
 # faster-fifo is optional (its rows are skipped without it).
 bench-targets: build venv $(VENV)/.bench-installed
 	-$(PY) -m pip install -q faster-fifo
-	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) bench/targets.py $(BENCH_ARGS)
+	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) bench/targets.py $(TARGETS_ARGS)
 	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) bench/queue_targets.py
 
 # A fraction of a second per workload, to check that it runs (not its numbers).

@@ -22,7 +22,7 @@ if sys.platform.startswith("linux"):
             "syncmgr._fastpath",
             # One file per family of objects; fastpath.h is what they share.
             sources=sorted(glob.glob("csrc/fp_*.c")),
-            depends=["csrc/fastpath.h"],
+            depends=sorted(glob.glob("csrc/*.h")),
             extra_compile_args=["-O2", "-Wall", "-Wextra", "-fvisibility=hidden"],
             # The test build (scripts/setup-venv.sh) compiles the ring's kill-step
             # hook in; wheels and plain installs do not.

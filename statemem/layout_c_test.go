@@ -57,7 +57,7 @@ var cLayout = map[string]uint64{
 	"RES_DAEMON":    uint64(Daemon),
 	"RES_NOT_OWNER": uint64(NotOwner),
 
-	// fp_queue.c: a Queue's ring.
+	// fp_ring.h: a Queue's ring.
 	"RING_MAGIC":     RingMagic,
 	"RING_VERSION":   uint64(RingVersion),
 	"RING_SLOTS":     RingSlots,

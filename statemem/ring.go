@@ -17,7 +17,7 @@ import (
 // in a segment of its own (an anonymous memory file, sealed against
 // shrinking and growing, passed to same-host clients over the Unix socket
 // with SCM_RIGHTS). Layout (native byte order; keep in step with
-// pyclient/csrc/fp_queue.c, which layout_c_test.go checks):
+// pyclient/csrc/fp_ring.h, which layout_c_test.go checks):
 //
 //	0    u64  RingMagic
 //	8    u32  RingVersion

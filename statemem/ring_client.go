@@ -12,7 +12,7 @@ import (
 )
 
 // A ClientRing is a same-host client's mapping of a Queue's ring (layout:
-// Ring). It follows the protocol of pyclient/csrc/fp_queue.c step for step,
+// Ring). It follows the protocol of pyclient/csrc/fp_ring.c step for step,
 // so Go and Python clients and the daemon share one FIFO:
 //
 //   - every op takes the latch (a CAS of the client's session slot id into

@@ -59,7 +59,7 @@ from typing import Any, Callable, Optional, TypeVar
 
 import msgpack
 
-from . import _fast, _values
+from . import _values
 from . import exceptions as exc
 from ._args import check_count, timeout_arg
 from ._connection import (
@@ -429,7 +429,11 @@ class View:
         return f"<aio view of {self._p!r}>"
 
     def _fast(self) -> bool:
-        return _fast.active(self._p)
+        """Whether the proxy has fast-path methods installed. They may be
+        a forked parent's until their first use moves them to this
+        process's session, which the installed methods do themselves (and
+        when the fast path is gone they hand the op to the socket)."""
+        return self._p.__dict__.get("_fast") is not None
 
     async def _call(self, op: str, undo: Optional[Undo] = None, blob_key: Optional[str] = None, blob: Any = None,
                     **args: Any) -> Any:
@@ -477,8 +481,12 @@ class AcquirerView(View):
         if t is not None and t > threading.TIMEOUT_MAX:
             raise OverflowError("timeout value is too large")
         attempt = self._try_acquire()
-        if attempt is not None and attempt():  # uncontended: inline, on the word
-            return True
+        if attempt is not None:
+            r = attempt()  # uncontended: inline, on the word
+            if r is None:  # the word's handle cannot serve now (a forked parent's: the call moves it)
+                r = self._p.acquire(False)
+            if r:
+                return True
         got = await self._call("acquire", undo=lambda r: self._undo(r, tid), tid=tid, timeout=t)
         return self._p._acquired(got)
 
