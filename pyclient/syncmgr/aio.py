@@ -619,6 +619,12 @@ class QueueView(View):
     _p: QueueProxy
 
     async def put(self, item: Any, timeout: Optional[float] = None) -> None:
+        if timeout is None and "_fast" in self._p.__dict__:
+            try:  # the common case first: there is room
+                self._p.put_nowait(item)
+                return
+            except exc.Full:
+                pass
         t = _wait_arg(timeout)
         if self._fast():
             if await _spin(lambda: self._p.put_nowait(item), exc.Full, _SPIN if t is None or t > 0 else 0.0) \
@@ -641,6 +647,11 @@ class QueueView(View):
         await self._call("put_many", blob_key="items", blob=bin_array(parts), timeout=t)
 
     async def get(self, timeout: Optional[float] = None) -> Any:
+        if timeout is None and "_fast" in self._p.__dict__:
+            try:  # the common case first: an item is there (no coroutine of the spin)
+                return self._p.get_nowait()
+            except exc.Empty:
+                pass
         t = _wait_arg(timeout)
         if self._fast():
             got = await _spin(self._p.get_nowait, exc.Empty, _SPIN if t is None or t > 0 else 0.0)
