@@ -348,8 +348,7 @@ def write_doc(R: dict[str, Any], path: str) -> None:
         f"are `ray.cluster_utils.Cluster` nodes on this machine. Learner rows: medians of {R['rounds']} "
         f"interleaved rounds of {R['k']} steps by 2 learners at once (one per node; two processes for the rows "
         f"without Ray), shards of {' and '.join(f'{n:,}' for n in R['sizes'])} transitions. "
-        "A `put_many` over the socket path is still one request per item (the socket path's own issue makes "
-        "it one request), which the ingestion row shows.", "",
+        "A remote producer's `put_many` of 64 items is one request over TCP+TLS; a 1 MiB array is one `put`.", "",
         report(R, True), "", END])
     T.write_section(path, BEGIN, END, body)
 
