@@ -142,32 +142,11 @@ func (q *Queue) ringTryPutMany(items [][]byte) (ok bool, err error) {
 			continue
 		}
 		empty = false
-		inline := uint64(len(item)) <= qr.r.Inline()
-		keep := !inline // the daemon keeps it, named by an external record
-		if len(qr.over) == 0 && inline {
-			fits, err := qr.r.Fits(uint64(len(item)))
-			if err != nil {
-				return true, q.corrupt(err)
-			}
-			if fits && len(item) < SocketKeepMin {
-				qr.r.Put(statemem.RecItem, item)
-				q.uncharge(ItemCost(item))
-				changed = true
-				continue
-			}
-			keep = fits
+		inRing, err := q.ringPlace(item, true)
+		if err != nil {
+			return true, err // a scribbled ring: the queue has failed
 		}
-		if len(qr.over) == 0 && keep {
-			if fits, _ := qr.r.Fits(8); fits {
-				qr.putExternal(item)
-				changed = true
-				continue
-			}
-		}
-		qr.over = append(qr.over, item)
-		if q.joinable {
-			qr.r.AddDone(-1) // a put the ring's count does not see yet
-		}
+		changed = changed || inRing
 	}
 	q.setFlags()
 	return true, nil

@@ -117,29 +117,48 @@ func (q *Queue) ringTryPut(item []byte) (ok bool, err error) {
 	if len(qr.over) > 0 {
 		moved = q.settle()
 	}
+	if _, err := q.ringPlace(item, false); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// ringPlace stores item where a put stores it, room checked: into the ring
+// (copied), named by an external record (an item the daemon keeps: too
+// large for the ring, or a large one that came through the daemon), or
+// after over (no room in the ring). charged: the item's cost is already
+// counted (a batch's, charged whole), and is given back if it goes into
+// the ring; otherwise it is counted here when the daemon keeps it, and a
+// limit fails the put with nothing stored. inRing: a ring record was
+// written. Latch held, under q.mu.
+func (q *Queue) ringPlace(item []byte, charged bool) (inRing bool, err error) {
+	qr := q.ring
 	inline := uint64(len(item)) <= qr.r.Inline()
-	keep := false // the ring has room for it, but the daemon keeps it (SocketKeepMin)
+	keep := !inline // the daemon keeps it (also when the ring has room for it: SocketKeepMin)
 	if len(qr.over) == 0 && inline {
-		ok, err := qr.r.Fits(uint64(len(item)))
+		fits, err := qr.r.Fits(uint64(len(item)))
 		if err != nil {
 			return false, q.corrupt(err)
 		}
-		if ok && len(item) < SocketKeepMin {
+		if fits && len(item) < SocketKeepMin {
 			qr.r.Put(statemem.RecItem, item)
+			if charged {
+				q.uncharge(ItemCost(item))
+			}
 			q.accepted()
 			return true, nil
 		}
-		keep = ok
+		keep = fits
 	}
-	if err := q.ringCharge(ItemCost(item)); err != nil {
-		return false, err
+	if !charged {
+		if err := q.ringCharge(ItemCost(item)); err != nil {
+			return false, err
+		}
 	}
-	if len(qr.over) == 0 && (!inline || keep) {
-		// Only an item the daemon keeps (too large for the ring, or a large
-		// one that came through the daemon) is named by an external record:
-		// one that merely finds no room waits in over (an external record
-		// sends a client's get to the daemon).
-		if ok, _ := qr.r.Fits(8); ok {
+	if len(qr.over) == 0 && keep {
+		// One that merely finds no room waits in over instead (an external
+		// record sends a client's get to the daemon).
+		if fits, _ := qr.r.Fits(8); fits {
 			qr.putExternal(item)
 			q.accepted()
 			return true, nil
@@ -150,7 +169,7 @@ func (q *Queue) ringTryPut(item []byte) (ok bool, err error) {
 		qr.r.AddDone(-1) // a put the ring's count does not see yet
 	}
 	q.setFlags()
-	return true, nil
+	return false, nil
 }
 
 // handOver gives item to the first of the daemon's waiting getters (a

@@ -142,3 +142,23 @@ def segment_fd(address: str, key: bytes) -> int:
 class _Anchor:
     def __init__(self, conn: object) -> None:
         self.anchor = conn
+
+
+class Counting:
+    """Counts the requests a client sends (wraps its call), as a context
+    manager: ``with Counting(m._c()) as c: ...; c.ops``."""
+
+    def __init__(self, client) -> None:
+        self.client, self.n, self.ops = client, 0, []
+        self.inner = client.call
+
+    def __enter__(self) -> Counting:
+        def call(op, *a, **k):
+            self.n += 1
+            self.ops.append(op)
+            return self.inner(op, *a, **k)
+        self.client.call = call
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        del self.client.call

@@ -9,28 +9,11 @@ import pickle
 
 import pytest
 
+from conftest import Counting
 from syncmgr import _fast
 
 FAST = os.environ.get("SYNCMGR_FASTPATH", "1") != "0" and _fast._ext is not None
 pytestmark = pytest.mark.skipif(not FAST, reason="fast path not built or disabled")
-
-
-class Counting:
-    """Counts the requests a client sends (wraps its call)."""
-
-    def __init__(self, client) -> None:
-        self.client, self.ops = client, []
-        self.inner = client.call
-
-    def __enter__(self) -> Counting:
-        def call(op, *a, **k):
-            self.ops.append(op)
-            return self.inner(op, *a, **k)
-        self.client.call = call
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        del self.client.call
 
 
 @pytest.mark.parametrize("factory", ["Lock", "RLock", "Event", "Semaphore", "Condition"])

@@ -18,7 +18,7 @@ import time
 import pytest
 
 import syncmgr
-from conftest import start_daemon
+from conftest import Counting, start_daemon
 from syncmgr import _fast
 from syncmgr import exceptions as exc
 
@@ -28,25 +28,6 @@ FAST = os.environ.get("SYNCMGR_FASTPATH", "1") != "0"
 def run_py(daemon, code: str, **env: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], env={**daemon.env, **env},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-class Counting:
-    """Counts the requests a client sends (wraps its call)."""
-
-    def __init__(self, client) -> None:
-        self.client, self.n, self.ops = client, 0, []
-        self.inner = client.call
-
-    def __enter__(self) -> Counting:
-        def call(op, *a, **k):
-            self.n += 1
-            self.ops.append(op)
-            return self.inner(op, *a, **k)
-        self.client.call = call
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        del self.client.call
 
 
 def test_a_batch_that_can_never_fit_is_a_value_error(m):
