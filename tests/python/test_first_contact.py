@@ -279,6 +279,13 @@ def test_a_pooled_tls_connection_of_a_stopped_daemon_is_not_the_answer(tmp_path)
     info = tmp_path / "info.json"
     d = start_daemon("--tcp", f"127.0.0.1:{port}", "--tls-self-signed", "--info-file", str(info))
     try:
+        def run_of() -> str:
+            try:
+                return str(json.loads(info.read_text())["run"])
+            except (OSError, ValueError, KeyError):
+                return ""
+
+        assert wait_until(lambda: run_of() != "", timeout=20)  # written once the daemon listens
         def client() -> _connection.Client:
             pin = json.loads(info.read_text())["tls_sha256"]
             route = _connection.Route(f"tcp://127.0.0.1:{port}", d.key, "the test's key", None, pin)
@@ -287,16 +294,9 @@ def test_a_pooled_tls_connection_of_a_stopped_daemon_is_not_the_answer(tmp_path)
         c = client()
         c.call("create", {"kind": "value", "name": "survivor", "typecode": "i", "value": 7})
         assert c.call("get", {"kind": "value", "name": "survivor"}) == 7
-        first = json.loads(info.read_text())["run"]
+        first = run_of()
         d.restart()  # a graceful stop (its notice goes to every connection), then a new run on the same port
-
-        def new_run() -> bool:
-            try:
-                return json.loads(info.read_text())["run"] != first
-            except (OSError, ValueError, KeyError):
-                return False
-
-        assert wait_until(new_run, timeout=20)  # the new run's info file (written once it listens)
+        assert wait_until(lambda: run_of() not in ("", first), timeout=20)  # the new run's info file
         time.sleep(0.6)  # past the pool's quick-reuse window
         c.route = client().route  # the new run's certificate (the pin is the caller's to know)
         assert c.call("ping", {}) is None
