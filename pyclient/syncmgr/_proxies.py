@@ -36,7 +36,7 @@ import math
 import threading
 import time
 import weakref
-from typing import Any, Callable, ClassVar, Optional
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional
 
 from . import _fast, _values
 from . import exceptions as exc
@@ -57,6 +57,18 @@ def _loads(b: Any) -> Any:
 
 
 _log = logging.getLogger("syncmgr")
+
+if TYPE_CHECKING:
+    from .aio import View
+
+
+def _no_aio(proxy: BaseProxy) -> View:
+    raise RuntimeError("syncmgr.aio is not imported")  # it always is: syncmgr/__init__ imports it
+
+
+# The view maker of syncmgr.aio, which sets it when imported (aio imports
+# this module, so this one cannot import aio).
+_aio_view: Callable[[BaseProxy], View] = _no_aio
 
 
 def _rebuild(cls: type[BaseProxy], address: str, name: str, state: Any, params: Optional[dict[str, Any]] = None,
@@ -147,6 +159,12 @@ class BaseProxy:
                      self._name)
         self._run = now
         _fast.reattach(self)
+
+    @property
+    def aio(self) -> View:
+        """An awaitable view of this object: its blocking ops as coroutines
+        (``syncmgr.aio``; kept on the proxy once made)."""
+        return _aio_view(self)
 
     def __reduce__(self) -> tuple[Any, ...]:
         if self._anon and not self._shared:

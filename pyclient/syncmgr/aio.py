@@ -59,7 +59,7 @@ from typing import Any, Callable, Optional, TypeVar
 
 import msgpack
 
-from . import _values
+from . import _proxies, _values
 from . import exceptions as exc
 from ._args import check_count, timeout_arg
 from ._connection import (
@@ -70,6 +70,7 @@ from ._connection import (
     get_client,
     session_id,
 )
+from ._fast.ring import MISSING
 from ._framing import HEADER, bin_array, check_size, encode_request, frame, packb
 from ._handshake import _HANDSHAKE_MAX, Handshake
 from ._manager import Manager as _SyncManager
@@ -619,17 +620,24 @@ class QueueView(View):
     _p: QueueProxy
 
     async def put(self, item: Any, timeout: Optional[float] = None) -> None:
-        if timeout is None and "_fast" in self._p.__dict__:
-            try:  # the common case first: there is room
-                self._p.put_nowait(item)
-                return
-            except exc.Full:
-                pass
-        t = _wait_arg(timeout)
-        if self._fast():
-            if await _spin(lambda: self._p.put_nowait(item), exc.Full, _SPIN if t is None or t > 0 else 0.0) \
-                    is not _MISS:
-                return
+        t = None if timeout is None else _wait_arg(timeout)
+        h = self._p.__dict__.get("_fast")
+        if h is not None:
+            # On the ring first, with no exception and no coroutine: it has
+            # room, or gets some within the spin (a consumer at work).
+            budget = _SPIN if t is None or t > 0 else 0.0
+            r = h.try_put(item)
+            if r is None:  # not a plain scalar: the handle's own put encodes it
+                stored = await _spin(lambda: self._p.put_nowait(item), exc.Full, budget)
+                if stored is not _MISS:
+                    return
+            else:
+                end = time.perf_counter() + budget
+                while not r and time.perf_counter() < end:
+                    await asyncio.sleep(0)
+                    r = h.try_put(item)
+                if r:
+                    return
         await self._call("put", blob_key="item", blob=_values.dumps_parts(item), timeout=t)
 
     async def put_many(self, items: Any, timeout: Optional[float] = None) -> None:
@@ -647,16 +655,18 @@ class QueueView(View):
         await self._call("put_many", blob_key="items", blob=bin_array(parts), timeout=t)
 
     async def get(self, timeout: Optional[float] = None) -> Any:
-        if timeout is None and "_fast" in self._p.__dict__:
-            try:  # the common case first: an item is there (no coroutine of the spin)
-                return self._p.get_nowait()
-            except exc.Empty:
-                pass
-        t = _wait_arg(timeout)
-        if self._fast():
-            got = await _spin(self._p.get_nowait, exc.Empty, _SPIN if t is None or t > 0 else 0.0)
-            if got is not _MISS:
-                return got
+        t = None if timeout is None else _wait_arg(timeout)
+        h = self._p.__dict__.get("_fast")
+        if h is not None:
+            # From the ring first, with no exception and no coroutine: an
+            # item is there, or comes within the spin (a producer at work).
+            x = h.try_get()
+            end = time.perf_counter() + (_SPIN if t is None or t > 0 else 0.0)
+            while x is MISSING and time.perf_counter() < end:
+                await asyncio.sleep(0)
+                x = h.try_get()
+            if x is not MISSING:
+                return x
         data = await self._call("get", undo=self._unget, timeout=t)
         return _values.loads(data)
 
@@ -773,4 +783,4 @@ def connect(*args: Any, **kwargs: Any) -> Any:
     return _AioManager(_sync_connect(*args, **kwargs))
 
 
-BaseProxy.aio = property(view, doc="An awaitable view of this object (syncmgr.aio).")  # type: ignore[attr-defined]
+_proxies._aio_view = view  # BaseProxy.aio

@@ -155,6 +155,30 @@ class QueueHandle(Handle):
     def get_nowait(self) -> Any:
         return self.get(False)
 
+    def try_get(self) -> Any:
+        """The head item if the ring has one now, else MISSING (empty, or
+        the daemon serves the queue now): no wait and no exception, for a
+        caller that must not block and tries again (an asyncio consumer)."""
+        if self.fp.ok or self.usable():
+            r = self.ring.get_item(0.0)
+            if type(r) is bytearray:
+                return _loads(r)
+            if r is not _QEMPTY and r is not _QDAEMON:
+                return r
+        return MISSING
+
+    def try_put(self, item: Any) -> Optional[bool]:
+        """Put a plain scalar if the ring has room now: True (stored), False
+        (full, or the daemon serves the queue now), None (not a plain scalar:
+        use put_nowait). No wait and no exception."""
+        if self.fp.ok or self.usable():
+            r = self.ring.put_item(item, 0.0)
+            if r is None:
+                return True
+            if r is _QENCODE:
+                return None
+        return False
+
     def put_many(self, items: Any, block: bool = True, timeout: Optional[float] = None) -> None:
         """Put every item of items, all together (adjacent and in order) or
         none. Every item is encoded (an unpicklable one refused) before any
@@ -253,6 +277,8 @@ class JoinableQueueHandle(QueueHandle):
 _dumps = _values.dumps
 _dumps_parts = _values.dumps_parts
 _loads = _values.loads
+# try_get's answer when the ring has nothing to give now.
+MISSING: Any = object()
 _QENCODE = getattr(_ext, "QENCODE", None)
 _QEMPTY = getattr(_ext, "QEMPTY", None)
 _QDAEMON = getattr(_ext, "QDAEMON", None)
