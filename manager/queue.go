@@ -195,17 +195,27 @@ func (q *Queue) put(ctx context.Context, item []byte, block bool, timeout time.D
 	}
 	w := newWaiter(nil, 0)
 	w.item = item
+	return q.parkPutter(ctx, w, cost, timeout)
+}
+
+// parkPutter queues w (a put's item or a put_many's items, cost bytes
+// already charged) until admitPutter lets it in, the timeout passes or ctx
+// ends; called under q.mu, which it releases. A putter that leaves gives
+// its bytes back, and the putters behind it that fit now are let in (a
+// batch that left may have held back smaller puts).
+func (q *Queue) parkPutter(ctx context.Context, w *waiter, cost int64, timeout time.Duration) error {
 	q.putters.push(w)
 	ok, err := q.park(ctx, &q.putters, w, timeout)
 	if !ok {
 		q.mu.Lock()
 		if q.dead == nil { // fail gave back everything held
 			q.uncharge(cost)
+			q.admitPutter()
 		}
 		q.mu.Unlock()
 	}
 	switch {
-	case ok: // the item is in, also when the grant raced with ctx
+	case ok: // in, also when the grant raced with ctx
 		return nil
 	case err != nil:
 		return err

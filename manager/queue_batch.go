@@ -80,24 +80,7 @@ func (q *Queue) putMany(ctx context.Context, items [][]byte, block bool, timeout
 	}
 	w := newWaiter(nil, 0)
 	w.items = items
-	q.putters.push(w)
-	ok, err := q.park(ctx, &q.putters, w, timeout)
-	if !ok {
-		q.mu.Lock()
-		if q.dead == nil {
-			q.uncharge(cost)
-			q.admitPutter() // the putters behind a batch that left may fit now
-		}
-		q.mu.Unlock()
-	}
-	switch {
-	case ok:
-		return nil
-	case err != nil:
-		return err
-	default:
-		return ErrFull
-	}
+	return q.parkPutter(ctx, w, cost, timeout)
 }
 
 // ringTryPutMany stores all of items if there is room for all, else none;
