@@ -111,6 +111,26 @@ void rec_header(Ring *r, uint64_t idx, uint32_t n, uint32_t kind) {
     p[1] = kind;
 }
 
+/* Where a record of n payload bytes written at tail goes, by the rule
+ * ring_writev's comment gives (hp: the head's position): *at its index (0
+ * when *pad, a pad record filling the rest from the tail, comes first);
+ * returns the tail word after it. ring_writev writes by it and
+ * ring_next_tail plans a batch by it, so the two cannot disagree. */
+static uint64_t place(Ring *r, uint64_t tail, uint64_t hp, uint64_t n, uint64_t *at, int *pad) {
+    uint64_t tp = tail & POS_MASK, tn = tail >> POS_BITS;
+    uint64_t idx = tp & (r->cap - 1), need = REC_HEADER + pad8(n), adv = need, used = (tp - hp) & POS_MASK;
+    int padded = idx + need > r->cap || (idx >= RING_HOT && 2 * (used + need) <= idx);
+    if (padded) {
+        adv += r->cap - idx;
+        idx = 0;
+    }
+    if (at != NULL)
+        *at = idx;
+    if (pad != NULL)
+        *pad = padded;
+    return ((tp + adv) & POS_MASK) | (((tn + 1) & COUNT_MASK) << POS_BITS);
+}
+
 /* Writes one record of n payload bytes gathered from parts (it fits) and
  * returns the tail word to commit; the caller stores it (one store commits
  * every record written before it). Placement: the record goes at the tail
@@ -122,13 +142,11 @@ void rec_header(Ring *r, uint64_t idx, uint32_t n, uint32_t kind) {
  * writer go on until the readers pass the pad; see statemem/ring.go). Either way the record fits when
  * ring_fits said so. */
 uint64_t ring_writev(Ring *r, uint64_t tail, const Part *parts, int nparts, uint64_t n, int allow_threads) {
-    uint64_t tp = tail & POS_MASK, tn = tail >> POS_BITS, hp = LOAD(W64(r, R_HEAD)) & POS_MASK;
-    uint64_t idx = tp & (r->cap - 1), need = REC_HEADER + pad8(n), adv = need, used = (tp - hp) & POS_MASK;
-    if (idx + need > r->cap || (idx >= RING_HOT && 2 * (used + need) <= idx)) {
-        rec_header(r, idx, 0, REC_PAD);
-        adv += r->cap - idx;
-        idx = 0;
-    }
+    uint64_t idx;
+    int pad;
+    uint64_t next = place(r, tail, LOAD(W64(r, R_HEAD)) & POS_MASK, n, &idx, &pad);
+    if (pad)
+        rec_header(r, (tail & POS_MASK) & (r->cap - 1), 0, REC_PAD);
     rec_header(r, idx, (uint32_t)n, REC_ITEM);
     unsigned char *dst = r->base + RING_HEADER + idx + REC_HEADER;
     /* A large copy lets other threads run when the caller allows it: it
@@ -143,7 +161,7 @@ uint64_t ring_writev(Ring *r, uint64_t tail, const Part *parts, int nparts, uint
     }
     if (ts != NULL)
         PyEval_RestoreThread(ts);
-    return ((tp + adv) & POS_MASK) | (((tn + 1) & COUNT_MASK) << POS_BITS);
+    return next;
 }
 
 uint64_t ring_write2(Ring *r, uint64_t tail, const void *a, uint64_t na, const void *b, uint64_t nb) {
@@ -327,10 +345,4 @@ int put_corev(Ring *r, const Part *parts, int nparts, uint64_t n, double timeout
 
 /* The tail word after a record of n payload bytes written at tail, placed
  * as ring_writev places it (hp: the head's position). */
-uint64_t ring_next_tail(Ring *r, uint64_t tail, uint64_t hp, uint64_t n) {
-    uint64_t tp = tail & POS_MASK, tn = tail >> POS_BITS;
-    uint64_t idx = tp & (r->cap - 1), need = REC_HEADER + pad8(n), adv = need, used = (tp - hp) & POS_MASK;
-    if (idx + need > r->cap || (idx >= RING_HOT && 2 * (used + need) <= idx))
-        adv += r->cap - idx;
-    return ((tp + adv) & POS_MASK) | (((tn + 1) & COUNT_MASK) << POS_BITS);
-}
+uint64_t ring_next_tail(Ring *r, uint64_t tail, uint64_t hp, uint64_t n) { return place(r, tail, hp, n, NULL, NULL); }
