@@ -123,9 +123,7 @@ def dumps_many(objs: list[Any]) -> list[list[Any]]:
 
 def loads_many(datas: list[Any]) -> list[Any]:
     """loads of each of datas (a get_many reply)."""
-    unpack = msgpack.unpackb
-    return [unpack(memoryview(d)[1:], raw=False, strict_map_key=False, use_list=True)
-            if len(d) and d[0] == _TAG_INT else loads(d) for d in datas]
+    return [loads(d) for d in datas]
 
 
 def dumps_parts(obj: Any) -> list[Any]:
