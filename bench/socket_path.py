@@ -179,43 +179,44 @@ def clients(S: Systems, system: str, op: str, n: int, secs: float) -> dict[str, 
     return {"rate": total / (t1 - t0), "cpu_us": 1e6 * (c1 - c0) / max(total, 1)}
 
 
-def latency(S: Systems, system: str, op: str, n: int) -> float:
-    """µs per call from one client (a forked child, as every client is)."""
+def in_child(measure: Callable[[], float]) -> float:
+    """measure() run in a forked child (every client is a process of its own)."""
     out = CTX.Queue()
+    p = CTX.Process(target=lambda: out.put(measure()))
+    p.start()
+    r = out.get(timeout=300)
+    p.join(30)
+    return float(r)
 
-    def child() -> None:
+
+def latency(S: Systems, system: str, op: str, n: int) -> float:
+    """µs per call from one client."""
+
+    def measure() -> float:
         f = op_for(S, system, op)
         for _ in range(200):
             f()
         t0 = time.perf_counter()
         for _ in range(n):
             f()
-        out.put((time.perf_counter() - t0) / n * 1e6)
+        return (time.perf_counter() - t0) / n * 1e6
 
-    p = CTX.Process(target=child)
-    p.start()
-    r = out.get(timeout=300)
-    p.join(30)
-    return float(r)
+    return in_child(measure)
 
 
 def create_us(S: Systems, fast: bool, n: int) -> float:
-    out = CTX.Queue()
+    """µs per named Lock create, with the fast path on or off."""
 
-    def child() -> None:
+    def measure() -> float:
         os.environ["SYNCMGR_FASTPATH"] = "1" if fast else "0"
         m = syncmgr.connect(S.d.address, S.d.key)
         keep = [m.Lock() for _ in range(20)]
         t0 = time.perf_counter()
         for i in range(n):
             keep.append(m.Lock(name=f"c-{os.getpid()}-{i}"))
-        out.put((time.perf_counter() - t0) / n * 1e6)
+        return (time.perf_counter() - t0) / n * 1e6
 
-    p = CTX.Process(target=child)
-    p.start()
-    r = out.get(timeout=300)
-    p.join(30)
-    return float(r)
+    return in_child(measure)
 
 
 def run(smoke: bool, redis: bool) -> dict[str, Any]:
