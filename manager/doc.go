@@ -3,7 +3,7 @@
 // them. It knows nothing of sockets or frames: a transport (the socket
 // server in package server) maps requests to the methods here, and
 // same-host clients change the fast path's shared words and Queue rings
-// themselves (fastpath.go, queue_ring.go).
+// themselves (fastpath.go, queue_store_ring.go).
 //
 // The fast path's families (fastpath.go's fastFamily, one line each in
 // fastFamilies) each keep what is theirs in a file of their own: how an
@@ -13,7 +13,7 @@
 //	fast_lock.go        Lock, RLock, a Condition's private RLock
 //	fast_semaphore.go   Semaphore, BoundedSemaphore (word and ledger)
 //	fast_event_value.go Event, numeric Value
-//	queue_ring.go       Queue, JoinableQueue (a ring of its own)
+//	queue_ring_bind.go  Queue, JoinableQueue (a ring of its own)
 //
 // The 13 kinds, one file per family of semantics:
 //
@@ -23,13 +23,25 @@
 //	value.go      Value (typed, with add and compare-and-set)
 //	condition.go  Condition (over a Lock or RLock)
 //	barrier.go    Barrier
-//	queue.go      Queue, JoinableQueue
-//	queue_ring.go a Queue's items in a shared ring (fast path), the daemon's
-//	              items before and after it, its watcher (socket waiters,
-//	              refills from the daemon's items)
-//	queue_owed.go a JoinableQueue's debts (items got, not marked done) and,
-//	              on a ring, its task counts there
+//	queue.go      Queue, JoinableQueue (batches: queue_batch.go; a
+//	              JoinableQueue's debts, items got and not marked done:
+//	              queue_owed.go)
 //	containers.go dict, Namespace (a dict), list
+//
+// A Queue's ops wait, grant and count debts the same way whatever keeps its
+// items: a queueStore (queue.go), which tries and says what a change is.
+// Two stores:
+//
+//	queue_store_list.go the daemon's list (a Queue off the fast path)
+//	queue_store_ring.go a shared ring (fast path) and the daemon's items
+//	                    before and after it; its binding and the sessions
+//	                    it was passed to (queue_ring_bind.go), its waiting
+//	                    and watcher (queue_ring_watch.go: socket waiters,
+//	                    refills from the daemon's items), a JoinableQueue's
+//	                    task counts in it (queue_ring_tasks.go)
+//
+// Another store is a type with queueStore's methods in a file of its own,
+// swapped in as bindQueue swaps in a ringStore.
 //
 // Where an op's undo lives (grant.go): every blocking or consuming op
 // returns a Grant, which the transport commits once its reply is written or

@@ -78,7 +78,7 @@ var fastFamilies = []fastFamily{
 	semaphoreFamily{}, // fast_semaphore.go: Semaphore, BoundedSemaphore
 	eventFamily{},     // fast_event_value.go: Event
 	valueFamily{},     // fast_event_value.go: numeric Value
-	queueFamily{},     // queue_ring.go: Queue, JoinableQueue
+	queueFamily{},     // queue_ring_bind.go: Queue, JoinableQueue
 }
 
 // fastByKind is each kind's family, and ringFamilies the families with
@@ -118,7 +118,7 @@ type fastPath struct {
 	attached map[Slot]*Session // sessions whose end hook is registered, until it ran
 	stop     chan struct{}     // closed by Manager.Close: ends the sweeper
 	stopped  chan struct{}     // closed when the sweeper has ended
-	queues   map[*Queue]*queueRing
+	queues   map[*Queue]*ringStore
 	// perObject is the byte limit per object (a ring's inline limit).
 	perObject int64
 	maxItem   int64  // Config.MaxItemBytes

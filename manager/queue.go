@@ -1,7 +1,6 @@
 package manager
 
 import (
-	"container/list"
 	"context"
 	"fmt"
 	"time"
@@ -10,25 +9,78 @@ import (
 // Queue is a FIFO of opaque items, as queue.Queue. Getters and putters that
 // wait are served first come, first served; an item handed to a getter that
 // is cancelled goes back to the front.
+//
+// The Queue's ops (this file, queue_batch.go, queue_owed.go) check the
+// queue, wait and account for grants and debts the same way whatever keeps
+// the items; a queueStore keeps them (below).
 type Queue struct {
 	base
-	joinable   bool  // a JoinableQueue: counts unfinished tasks
-	unfinished int64 // items put and not yet marked done (joinable without a ring; a ring counts them itself)
-	joiners    waitQueue
-	maxsize    int64 // <= 0: unbounded
-	items      list.List
-	bytes      int64
-	lim        *byteLimits // nil: no byte limits
-	held       int64       // counted bytes of items and waiting putters' items
-	getters    waitQueue
-	putters    waitQueue          // each carries the item it wants to put
-	ring       *queueRing         // non-nil: the items are in a shared ring (queue_ring.go)
-	owed       map[*Session]int64 // joinable: items each session got and has not marked done (queue_owed.go)
-	abandoned  int64              // joinable: items marked done because their session ended
+	joinable  bool
+	maxsize   int64       // <= 0: unbounded
+	lim       *byteLimits // nil: no byte limits
+	held      int64       // counted bytes of items the daemon keeps and of waiting putters' items
+	store     queueStore  // the items: a listStore, or a ringStore on the fast path (bindQueue)
+	getters   waitQueue   // each may be handed its item by a put or an undone get (handToGetter)
+	putters   waitQueue   // each carries the item (or batch) it wants to put
+	joiners   waitQueue
+	owed      map[*Session]int64 // joinable: items each session got and has not marked done (queue_owed.go)
+	abandoned int64              // joinable: items marked done because their session ended
+}
+
+// queueStore keeps a Queue's items and, for a JoinableQueue, its task
+// counts. Every method but wait is called under q.mu (the tries and unget
+// only while q has not failed), and none of them waits: a try that finds no item or no room reports it,
+// and the Queue waits (put, get, Join) until the store changes, a putter's
+// or getter's waiter is served, the deadline passes or ctx ends. A store
+// says what a change is (mark, wait): a listStore changes only under q.mu,
+// serving the waiters itself (it lets putters in, first come, first
+// served, and getters are handed items), so it waits for nothing else; a
+// ringStore also changes when fast-path clients use its ring, and wakes
+// its waiters then (queue_ring_watch.go), who try again.
+//
+// To keep a Queue's items somewhere new, write a type with these methods
+// in a file of its own and swap it in as bindQueue does a ringStore.
+type queueStore interface {
+	// tryPut stores item, or hands it to a waiting getter (handToGetter)
+	// while the queue holds nothing; false: no room now. It charges what
+	// the daemon keeps (q.charge and the like) and fails on a limit.
+	tryPut(item []byte) (ok bool, err error)
+	// tryPutMany stores all of items, adjacent and in order, or none.
+	tryPutMany(items [][]byte) (ok bool, err error)
+	// tryGet removes the first item; false: none now.
+	tryGet() (item []byte, ok bool, err error)
+	// unget puts item back at the front (or hands it to a waiting
+	// getter), whatever maxsize and the limits say.
+	unget(item []byte)
+	// charge counts n bytes of a waiting putter's items against the
+	// limits (q.held), as the store counts what it keeps.
+	charge(n int64) error
+	// admit lets in what it can of the waiting putters after one left (a
+	// store whose putters try again by themselves lets in none).
+	admit()
+	len() int
+	depth() (items, bytes int64)
+	describe() (state string, waiters int)
+	// The task counts (queue_owed.go): unfinished, task_done by s, a
+	// debt of s changed by d (+n: s got n items; -1: a get undone), and
+	// what s owes marked done (s ended).
+	unfinished() int64
+	taskDone(s *Session) error
+	owe(s *Session, d int64)
+	release(s *Session)
+	// mark is the store's state for wait (under q.mu, before a try).
+	mark() uint32
+	// wait returns (without q.mu) when the store may have changed since
+	// mark (spurious returns are fine: the caller tries again), when
+	// ready closes, at the deadline (errTimeout; zero: none) or when ctx
+	// ends.
+	wait(ctx context.Context, mark uint32, deadline time.Time, ready <-chan struct{}) error
 }
 
 func newQueue(name string, maxsize int64) *Queue {
-	return &Queue{base: base{name: name}, maxsize: maxsize}
+	q := &Queue{base: base{name: name}, maxsize: maxsize}
+	q.store = &listStore{q: q}
+	return q
 }
 
 // Kind implements Object.
@@ -39,12 +91,12 @@ func (q *Queue) Kind() Kind {
 	return KindQueue
 }
 
-// accepted counts a put that succeeded; called under q.mu. A ring counts
-// its puts itself (statemem.Ring.Unfinished).
-func (q *Queue) accepted() {
-	if q.joinable && q.ring == nil {
-		q.unfinished++
+// deadlineOf is when a wait of timeout (< 0: for ever) ends (zero: never).
+func deadlineOf(timeout time.Duration) time.Time {
+	if timeout > 0 {
+		return time.Now().Add(timeout)
 	}
+	return time.Time{}
 }
 
 // TaskDone marks one item got from a JoinableQueue as processed; more calls
@@ -55,74 +107,63 @@ func (q *Queue) taskDoneLocked(s *Session) error {
 	if !q.joinable {
 		return fmt.Errorf("%w: task_done on a queue that is not joinable", ErrType)
 	}
-	if q.ring != nil {
-		return q.ringTaskDone(s)
+	return q.store.taskDone(s)
+}
+
+// wakeJoiners lets every joiner go (nothing is unfinished); under q.mu.
+func (q *Queue) wakeJoiners() {
+	for w := q.joiners.front(); w != nil; w = q.joiners.front() {
+		q.joiners.grant(w)
 	}
-	if q.unfinished <= 0 {
-		return fmt.Errorf("%w: task_done() called too many times", ErrValue)
-	}
-	q.payDebt(s)
-	if q.unfinished--; q.unfinished == 0 {
-		for w := q.joiners.front(); w != nil; w = q.joiners.front() {
-			q.joiners.grant(w)
-		}
-	}
-	return nil
 }
 
 // Join waits until every item put has been marked done. It reports false
 // on timeout.
 func (q *Queue) Join(ctx context.Context, timeout time.Duration) (bool, error) {
-	if q.ring != nil {
-		return q.ringJoin(ctx, timeout)
-	}
+	deadline := deadlineOf(timeout)
 	q.mu.Lock()
-	if q.dead != nil {
+	for {
+		if q.dead != nil {
+			q.mu.Unlock()
+			return false, q.dead
+		}
+		seen := q.store.mark()
+		if q.store.unfinished() == 0 {
+			q.mu.Unlock()
+			return true, nil
+		}
+		if timeout == 0 {
+			q.mu.Unlock()
+			return false, nil
+		}
+		w := newWaiter(nil, 0)
+		q.joiners.push(w)
 		q.mu.Unlock()
-		return false, q.dead
+		err := q.store.wait(ctx, seen, deadline, w.ready)
+		q.mu.Lock()
+		if !q.joiners.remove(w) { // let go (also when that raced with ctx), or failed
+			q.mu.Unlock()
+			return w.err == nil, w.err
+		}
+		if err != nil {
+			q.mu.Unlock()
+			if err == errTimeout {
+				return false, nil
+			}
+			return false, err
+		}
 	}
-	if q.unfinished == 0 {
-		q.mu.Unlock()
-		return true, nil
-	}
-	if timeout == 0 {
-		q.mu.Unlock()
-		return false, nil
-	}
-	w := newWaiter(nil, 0)
-	q.joiners.push(w)
-	return q.park(ctx, &q.joiners, w, timeout)
 }
 
 // Unfinished returns the number of unfinished tasks.
 func (q *Queue) Unfinished() int64 {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.ring != nil {
-		return q.ringUnfinished()
-	}
-	return q.unfinished
+	return q.store.unfinished()
 }
 
 func (q *Queue) full() bool {
-	if q.ring != nil {
-		return q.maxsize > 0 && int64(q.ringLen()) >= q.maxsize
-	}
-	return q.maxsize > 0 && int64(q.items.Len()) >= q.maxsize
-}
-
-func (q *Queue) pushBack(item []byte) {
-	q.items.PushBack(item)
-	q.bytes += int64(len(item))
-}
-
-func (q *Queue) popFront() []byte {
-	e := q.items.Front()
-	q.items.Remove(e)
-	item := e.Value.([]byte)
-	q.bytes -= int64(len(item))
-	q.uncharge(ItemCost(item))
-	return item
+	return q.maxsize > 0 && int64(q.store.len()) >= q.maxsize
 }
 
 // charge counts n more bytes held by q (an item stored or a putter's item
@@ -152,75 +193,70 @@ func (q *Queue) Put(ctx context.Context, item []byte, block bool, timeout time.D
 // A put is public as soon as it is made (a getter may take the item at
 // once), so its grant has nothing to undo.
 func (q *Queue) PutGrant(ctx context.Context, item []byte, block bool, timeout time.Duration) (Grant, error) {
-	if err := q.put(ctx, item, block, timeout); err != nil {
+	if err := q.put(ctx, item, nil, block, timeout); err != nil {
 		return Grant{}, err
 	}
 	return Grant{ok: true}, nil
 }
 
-func (q *Queue) put(ctx context.Context, item []byte, block bool, timeout time.Duration) error {
-	if q.ring != nil {
-		return q.ringPut(ctx, item, block, timeout)
-	}
+// put puts item (items nil) or all of items (a put_many, all or none),
+// waiting for room as block and timeout allow. A waiting putter's items
+// are held too: counted while it waits, given back when it leaves, and the
+// putters behind it that fit now are let in (a batch that left may have
+// held back smaller puts).
+func (q *Queue) put(ctx context.Context, item []byte, items [][]byte, block bool, timeout time.Duration) error {
+	deadline := deadlineOf(timeout)
 	q.mu.Lock()
-	if q.dead != nil {
-		q.mu.Unlock()
-		return q.dead
-	}
-	if q.handToGetter(item) { // the queue is empty: hand it over
-		q.accepted()
-		q.mu.Unlock()
-		return nil
-	}
-	if !q.full() && q.putters.len() == 0 {
-		if err := q.charge(ItemCost(item)); err != nil {
+	for {
+		if q.dead != nil {
+			q.mu.Unlock()
+			return q.dead
+		}
+		seen := q.store.mark()
+		var ok bool
+		var err error
+		if items == nil {
+			ok, err = q.store.tryPut(item)
+		} else {
+			ok, err = q.store.tryPutMany(items)
+		}
+		if ok || err != nil {
 			q.mu.Unlock()
 			return err
 		}
-		q.pushBack(item)
-		q.accepted()
-		q.mu.Unlock()
-		return nil
-	}
-	if !block || timeout == 0 {
-		q.mu.Unlock()
-		return ErrFull
-	}
-	// A waiting putter's item is held too: counted now, given back if the
-	// put does not happen.
-	cost := ItemCost(item)
-	if err := q.charge(cost); err != nil {
-		q.mu.Unlock()
-		return err
-	}
-	w := newWaiter(nil, 0)
-	w.item = item
-	return q.parkPutter(ctx, w, cost, timeout)
-}
-
-// parkPutter queues w (a put's item or a put_many's items, cost bytes
-// already charged) until admitPutter lets it in, the timeout passes or ctx
-// ends; called under q.mu, which it releases. A putter that leaves gives
-// its bytes back, and the putters behind it that fit now are let in (a
-// batch that left may have held back smaller puts).
-func (q *Queue) parkPutter(ctx context.Context, w *waiter, cost int64, timeout time.Duration) error {
-	q.putters.push(w)
-	ok, err := q.park(ctx, &q.putters, w, timeout)
-	if !ok {
-		q.mu.Lock()
-		if q.dead == nil { // fail gave back everything held
-			q.uncharge(cost)
-			q.admitPutter()
+		if !block || timeout == 0 {
+			q.mu.Unlock()
+			return ErrFull
 		}
+		cost := ItemCost(item)
+		if items != nil {
+			cost = itemsCost(items)
+		}
+		if err := q.store.charge(cost); err != nil {
+			q.mu.Unlock()
+			return err
+		}
+		w := newWaiter(nil, 0)
+		w.item, w.items = item, items
+		q.putters.push(w)
 		q.mu.Unlock()
-	}
-	switch {
-	case ok: // in, also when the grant raced with ctx
-		return nil
-	case err != nil:
-		return err
-	default:
-		return ErrFull
+		err = q.store.wait(ctx, seen, deadline, w.ready)
+		q.mu.Lock()
+		if !q.putters.remove(w) { // let in (also when that raced with ctx), or failed
+			q.mu.Unlock()
+			return w.err
+		}
+		if q.dead == nil { // a failed queue gave back everything held
+			q.uncharge(cost)
+			q.store.admit()
+		}
+		if err != nil {
+			q.mu.Unlock()
+			if err == errTimeout {
+				return ErrFull
+			}
+			return err
+		}
 	}
 }
 
@@ -253,39 +289,46 @@ func (q *Queue) undo(g *Grant) {
 }
 
 func (q *Queue) get(ctx context.Context, block bool, timeout time.Duration) ([]byte, error) {
-	if q.ring != nil {
-		return q.ringGet(ctx, block, timeout)
-	}
+	deadline := deadlineOf(timeout)
 	q.mu.Lock()
-	if q.dead != nil {
+	for {
+		if q.dead != nil {
+			q.mu.Unlock()
+			return nil, q.dead
+		}
+		seen := q.store.mark()
+		item, ok, err := q.store.tryGet()
+		if ok || err != nil {
+			q.mu.Unlock()
+			return item, err
+		}
+		if !block || timeout == 0 {
+			q.mu.Unlock()
+			return nil, ErrEmpty
+		}
+		w := newWaiter(nil, 0)
+		q.getters.push(w)
 		q.mu.Unlock()
-		return nil, q.dead
-	}
-	if q.items.Len() > 0 {
-		item := q.popFront()
-		q.admitPutter()
-		q.mu.Unlock()
-		return item, nil
-	}
-	if !block || timeout == 0 {
-		q.mu.Unlock()
-		return nil, ErrEmpty
-	}
-	w := newWaiter(nil, 0)
-	q.getters.push(w)
-	ok, err := q.park(ctx, &q.getters, w, timeout)
-	switch {
-	case ok: // also when the grant raced with ctx: the caller owns the item
-		return w.item, nil
-	case err != nil:
-		return nil, err
-	default:
-		return nil, ErrEmpty
+		err = q.store.wait(ctx, seen, deadline, w.ready)
+		q.mu.Lock()
+		if !q.getters.remove(w) { // handed an item (also when that raced with ctx: the caller owns it), or failed
+			q.mu.Unlock()
+			return w.item, w.err
+		}
+		if err != nil {
+			q.mu.Unlock()
+			if err == errTimeout {
+				return nil, ErrEmpty
+			}
+			return nil, err
+		}
 	}
 }
 
 // handToGetter gives item to the first waiting getter, if any, and
-// reports whether it did (under q.mu).
+// reports whether it did (under q.mu). A store calls it only while the
+// queue holds nothing, or for an item going back to the front: the item
+// is the head of the FIFO.
 func (q *Queue) handToGetter(item []byte) bool {
 	w := q.getters.front()
 	if w == nil {
@@ -294,37 +337,6 @@ func (q *Queue) handToGetter(item []byte) bool {
 	w.item = item
 	q.getters.grant(w)
 	return true
-}
-
-// admitPutter moves the waiting putters' items into the queue, first come
-// first served, while the first one's fit (a put_many's all together).
-func (q *Queue) admitPutter() {
-	for w := q.putters.front(); w != nil; w = q.putters.front() {
-		if w.items == nil {
-			if q.full() {
-				return
-			}
-			q.pushBack(w.item)
-			w.item = nil
-			q.accepted()
-		} else {
-			if !q.roomFor(len(w.items)) {
-				return
-			}
-			for _, it := range w.items {
-				q.pushBack(it)
-				q.accepted()
-			}
-			w.items = nil
-		}
-		q.putters.grant(w)
-	}
-}
-
-// roomFor reports whether n more items fit under maxsize (a queue without
-// a ring; under q.mu).
-func (q *Queue) roomFor(n int) bool {
-	return q.maxsize <= 0 || int64(q.items.Len()+n) <= q.maxsize
 }
 
 // Unget puts an item back at the front, ignoring maxsize. It is the undo
@@ -336,17 +348,7 @@ func (q *Queue) Unget(item []byte) error {
 	if q.dead != nil {
 		return q.dead
 	}
-	if q.ring != nil {
-		q.ringUnget(item)
-		return nil
-	}
-	if q.handToGetter(item) {
-		return nil
-	}
-	q.items.PushFront(item)
-	q.bytes += int64(len(item))
-	q.held += ItemCost(item)
-	q.lim.force(ItemCost(item)) // an undo must not fail on a limit
+	q.store.unget(item)
 	return nil
 }
 
@@ -354,10 +356,7 @@ func (q *Queue) Unget(item []byte) error {
 func (q *Queue) Len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.ring != nil {
-		return q.ringLen()
-	}
-	return q.items.Len()
+	return q.store.len()
 }
 
 // Full reports whether the queue is at its maxsize.
@@ -367,19 +366,29 @@ func (q *Queue) Full() bool {
 	return q.full()
 }
 
+// Depth returns the items a Queue holds and their bytes (a ring's record
+// bytes, with headers and padding, for the items in it).
+func (q *Queue) Depth() (items, bytes int64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.store.depth()
+}
+
 // Describe implements Object.
 func (q *Queue) Describe() (string, int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.ring != nil {
-		return q.ringDescribe()
-	}
+	return q.store.describe()
+}
+
+// describeLine is the status line of a queue holding items of bytes in
+// all, with the store's note (", shared ring"); called under q.mu.
+func (q *Queue) describeLine(items, bytes int64, note string, unfinished int64) string {
 	max := "unbounded"
 	if q.maxsize > 0 {
 		max = fmt.Sprintf("max %d", q.maxsize)
 	}
-	st := fmt.Sprintf("%d items, %d bytes, %s", q.items.Len(), q.bytes, max) + q.describeTasks(q.unfinished)
-	return st, q.getters.len() + q.putters.len()
+	return fmt.Sprintf("%d items, %d bytes, %s", items, bytes, max) + note + q.describeTasks(unfinished)
 }
 
 // describeTasks is a JoinableQueue's part of the status line ("" for a
@@ -395,6 +404,8 @@ func (q *Queue) describeTasks(unfinished int64) string {
 	return st
 }
 
+// fail ends the queue: every waiter is woken with err (a ringStore's
+// waiters too: each waits on its waiter's ready as well as on the ring).
 func (q *Queue) fail(err error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -403,7 +414,4 @@ func (q *Queue) fail(err error) {
 	q.getters.failAll(err)
 	q.putters.failAll(err)
 	q.joiners.failAll(err)
-	if q.ring != nil {
-		q.ring.kick()
-	}
 }

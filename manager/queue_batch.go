@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"github.com/syncmgr/syncmgr/statemem"
 )
 
 // Batches: put_many and get_many, each one op.
@@ -32,107 +30,10 @@ func (q *Queue) PutManyGrant(ctx context.Context, items [][]byte, block bool, ti
 	if q.maxsize > 0 && int64(len(items)) > q.maxsize {
 		return Grant{}, fmt.Errorf("%w: a batch of %d items can never fit a queue of maxsize %d (put it in batches of at most %d)", ErrValue, len(items), q.maxsize, q.maxsize)
 	}
-	var err error
-	if q.ring != nil {
-		err = q.ringPutItems(ctx, items, block, timeout)
-	} else {
-		err = q.putMany(ctx, items, block, timeout)
-	}
-	if err != nil {
+	if err := q.put(ctx, nil, items, block, timeout); err != nil {
 		return Grant{}, err
 	}
 	return Grant{ok: true}, nil
-}
-
-// putMany is PutManyGrant for a queue without a ring.
-func (q *Queue) putMany(ctx context.Context, items [][]byte, block bool, timeout time.Duration) error {
-	cost := itemsCost(items)
-	q.mu.Lock()
-	if q.dead != nil {
-		q.mu.Unlock()
-		return q.dead
-	}
-	if q.putters.len() == 0 && q.roomFor(len(items)) {
-		// All or nothing: the batch's bytes are charged at once, and what
-		// goes straight to waiting getters is given back.
-		if err := q.charge(cost); err != nil {
-			q.mu.Unlock()
-			return err
-		}
-		for _, it := range items {
-			if q.items.Len() == 0 && q.handToGetter(it) { // the head of the FIFO
-				q.uncharge(ItemCost(it))
-			} else {
-				q.pushBack(it)
-			}
-			q.accepted()
-		}
-		q.mu.Unlock()
-		return nil
-	}
-	if !block || timeout == 0 {
-		q.mu.Unlock()
-		return ErrFull
-	}
-	if err := q.charge(cost); err != nil { // a waiting batch is held too
-		q.mu.Unlock()
-		return err
-	}
-	w := newWaiter(nil, 0)
-	w.items = items
-	return q.parkPutter(ctx, w, cost, timeout)
-}
-
-// ringTryPutMany stores all of items if there is room for all, else none;
-// called under q.mu. Each item goes where ringTryPut would put it (to a
-// waiting socket getter while the queue is empty, into the ring, named by
-// an external record, or after over), all under one latch, so no other op
-// sees part of the batch.
-func (q *Queue) ringTryPutMany(items [][]byte) (ok bool, err error) {
-	qr := q.ring
-	if !qr.r.Lock(qr.gone) {
-		return false, ErrDeleted
-	}
-	changed := false
-	defer func() {
-		qr.r.UnlockQuiet(changed)
-		if changed {
-			qr.wakeLocal()
-		}
-	}()
-	n, err := q.ringCount()
-	if err != nil {
-		return false, q.corrupt(err)
-	}
-	if q.maxsize > 0 && n+int64(len(items)) > q.maxsize {
-		return false, nil
-	}
-	if q.joinable && qr.r.Unfinished()+uint64(len(items)) > statemem.RingMaxUnfinished {
-		return false, nil // the unfinished count would pass its bound: wait as on a full queue
-	}
-	// The whole batch is charged first (all or nothing under the limits);
-	// the items that go into the ring or to a getter give theirs back.
-	if err := q.ringCharge(itemsCost(items)); err != nil {
-		return false, err
-	}
-	if len(qr.over) > 0 && q.settle() {
-		changed = true
-	}
-	empty := n == 0
-	for _, item := range items {
-		if empty && q.handOver(item) {
-			q.uncharge(ItemCost(item))
-			continue
-		}
-		empty = false
-		inRing, err := q.ringPlace(item, true)
-		if err != nil {
-			return true, err // a scribbled ring: the queue has failed
-		}
-		changed = changed || inRing
-	}
-	q.setFlags()
-	return true, nil
 }
 
 // batchItemFraming is what GetManyGrant counts for each item on top of its

@@ -8,7 +8,9 @@ package manager
 // process and finished by another) pays off another session's debt, so the
 // debts never add up to more than the unfinished count.
 //
-// A JoinableQueue with a ring keeps its counts there (queue_ring_tasks.go).
+// The counts are the store's (queueStore): a listStore keeps them in the
+// daemon (queue_store_list.go), a ringStore in its ring, where fast-path
+// clients change them too (queue_ring_tasks.go).
 
 // Owe records that s got g's item (or items) from a JoinableQueue (nothing for a
 // Queue, a failed get or no session). Undoing g takes the debt back.
@@ -34,65 +36,22 @@ func (q *Queue) Owe(g *Grant, s *Session) {
 	if g.items != nil {
 		n = int64(len(g.items))
 	}
-	if q.ring != nil {
-		q.ringOwe(s, n)
-	} else {
-		q.owed[s] += n
-	}
+	q.store.owe(s, n)
 	g.sess = s
 }
 
 // unowe takes back one debt of s (an undone get); called under q.mu.
 func (q *Queue) unowe(s *Session) {
-	if q.ring != nil {
-		if s != nil && q.dead == nil {
-			q.ringOwe(s, -1)
-		}
-		return
-	}
-	if s != nil && q.owed[s] > 0 {
-		q.owed[s]--
-	}
-}
-
-// payDebt marks one item of s (or, when s owes nothing, of any session)
-// done; called under q.mu by task_done.
-func (q *Queue) payDebt(s *Session) {
-	if q.owed[s] > 0 {
-		q.owed[s]--
-		return
-	}
-	for o, n := range q.owed {
-		if n > 0 {
-			q.owed[o]--
-			return
-		}
+	if s != nil {
+		q.store.owe(s, -1)
 	}
 }
 
 // dropSession marks done the items s still owes (its session ended).
 func (q *Queue) dropSession(s *Session) {
-	if q.ring != nil {
-		q.ringReleaseOwed(owedIndex(s), s)
-		return
-	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	n := q.owed[s]
-	delete(q.owed, s)
-	if n <= 0 || q.dead != nil {
-		return
-	}
-	if n > q.unfinished {
-		n = q.unfinished
-	}
-	q.unfinished -= n
-	q.abandoned += n
-	if q.unfinished == 0 {
-		for w := q.joiners.front(); w != nil; w = q.joiners.front() {
-			q.joiners.grant(w)
-		}
-	}
+	q.store.release(s)
 }
 
 // TaskDoneBy is TaskDone by session s (nil: unknown), which pays off s's

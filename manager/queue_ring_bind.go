@@ -1,7 +1,6 @@
 package manager
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/syncmgr/syncmgr/statemem"
@@ -12,7 +11,7 @@ import (
 
 // DefaultQueueRingBytes is the data capacity of each Queue's ring unless
 // Config.QueueRingBytes says otherwise; an item of more than a quarter of
-// it is kept by the daemon (see queueRing.ext). The ring's memory file is
+// it is kept by the daemon (see ringStore.ext). The ring's memory file is
 // sparse: a queue of small items touches only the ring's hot window
 // (statemem.RingHot), and the sweeper gives back the pages past it once the
 // ring is empty and idle (trimQueues). MaxQueueRings bounds the rings (each
@@ -52,7 +51,7 @@ func (queueFamily) slotEnded(f *fastPath, slot Slot) { f.releaseQueueSlots(slot)
 // calls it every sweepEvery). It never waits for a latch.
 func (f *fastPath) trimQueues() {
 	f.mu.Lock()
-	rings := make([]*queueRing, 0, len(f.queues))
+	rings := make([]*ringStore, 0, len(f.queues))
 	for _, qr := range f.queues {
 		rings = append(rings, qr)
 	}
@@ -69,7 +68,7 @@ func (f *fastPath) trimQueues() {
 func (f *fastPath) bindQueue(q *Queue, perObject int64) {
 	// A ring holds at most --max-object-bytes (rounded down to a power of
 	// two): what clients put into it is not charged one by one, and what
-	// the daemon adds is charged with the ring's bytes counted (ringCharge).
+	// the daemon adds is charged with the ring's bytes counted (ringStore.charge).
 	capacity := f.ringBytes
 	for perObject > 0 && capacity > 4096 && capacity > uint64(perObject) {
 		capacity >>= 1
@@ -98,14 +97,17 @@ func (f *fastPath) bindQueue(q *Queue, perObject int64) {
 	if err != nil {
 		return
 	}
-	qr := &queueRing{name: q.name, q: q, r: r, ext: make(map[uint64][]byte), wch: make(chan struct{}),
+	qr := &ringStore{name: q.name, q: q, r: r, ext: make(map[uint64][]byte), wch: make(chan struct{}),
 		gone: func(s uint32) bool { return f.slotGone(Slot(s)) }}
+	// The ring store takes the place of the list store, which holds
+	// nothing: bindFast binds a Queue as it is created, before anyone can
+	// use it.
 	q.mu.Lock()
-	q.ring = qr
+	q.store = qr
 	q.mu.Unlock()
 	f.mu.Lock()
 	if f.queues == nil {
-		f.queues = make(map[*Queue]*queueRing)
+		f.queues = make(map[*Queue]*ringStore)
 	}
 	f.queues[q] = qr
 	f.mu.Unlock()
@@ -127,10 +129,11 @@ func (f *fastPath) unbindQueue(q *Queue) {
 func (q *Queue) Ring() *statemem.Ring {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.ring == nil || q.dead != nil {
+	qr, ok := q.store.(*ringStore) // the ring store's own accessor
+	if !ok || q.dead != nil {
 		return nil
 	}
-	return q.ring.r
+	return qr.r
 }
 
 // QueueWaiting is a fast-path client's thread asleep on a Queue's ring.
@@ -152,7 +155,7 @@ func (m *Manager) QueueWaiting() []QueueWaiting {
 		return nil
 	}
 	f.mu.Lock()
-	rings := make([]*queueRing, 0, len(f.queues))
+	rings := make([]*ringStore, 0, len(f.queues))
 	for _, qr := range f.queues {
 		rings = append(rings, qr)
 	}
@@ -180,12 +183,12 @@ func (m *Manager) QueueWaiting() []QueueWaiting {
 // RingPassed records that the session in slot was given q's ring (a
 // queue_attach, just before the reply that carries it): from now on the
 // ring may change without the daemon, so its daemon waiters need the
-// watcher (queueRing.wait) until that session ends.
+// watcher (ringStore.wait) until that session ends.
 func (q *Queue) RingPassed(slot Slot) {
 	q.mu.Lock()
-	qr := q.ring
+	qr, ok := q.store.(*ringStore) // only a ring is passed to clients
 	q.mu.Unlock()
-	if qr == nil {
+	if !ok {
 		return
 	}
 	qr.wmu.Lock()
@@ -204,7 +207,7 @@ func (q *Queue) RingPassed(slot Slot) {
 // takes no lock the daemon's ops hold while they wait for a latch.
 func (f *fastPath) releaseQueueSlots(slot Slot) {
 	f.mu.Lock()
-	rings := make([]*queueRing, 0, len(f.queues))
+	rings := make([]*ringStore, 0, len(f.queues))
 	for _, qr := range f.queues {
 		rings = append(rings, qr)
 	}
@@ -219,54 +222,10 @@ func (f *fastPath) releaseQueueSlots(slot Slot) {
 			// news to the daemon's waiters, and the watcher may stop now.
 			qr.wakeLocal()
 		}
-		if qr.q.joinable && slot < statemem.RingSlots {
-			qr.q.ringReleaseOwed(uint32(slot), nil)
+		if q := qr.q; q.joinable && slot < statemem.RingSlots {
+			q.mu.Lock()
+			qr.releaseOwed(uint32(slot), nil)
+			q.mu.Unlock()
 		}
 	}
-}
-
-// Depth returns the items a Queue holds and their bytes (a ring's record
-// bytes, with headers and padding, for the items in it).
-func (q *Queue) Depth() (items, bytes int64) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.ring == nil {
-		return int64(q.items.Len()), q.bytes
-	}
-	return q.ringDepth()
-}
-
-func (q *Queue) ringDepth() (items, bytes int64) {
-	n, b := q.ring.r.Peek()
-	items, bytes = int64(n)+int64(len(q.ring.front)+len(q.ring.over)), int64(b)
-	for _, x := range q.ring.front {
-		bytes += int64(len(x))
-	}
-	for _, x := range q.ring.over {
-		bytes += int64(len(x))
-	}
-	for _, x := range q.ring.ext {
-		bytes += int64(len(x))
-	}
-	return items, bytes
-}
-
-// ringLen is Len for a Queue with a ring (under q.mu).
-func (q *Queue) ringLen() int {
-	n, _ := q.ring.r.Peek()
-	return int(n) + len(q.ring.front) + len(q.ring.over)
-}
-
-// ringDescribe is the status line of a Queue with a ring (under q.mu).
-func (q *Queue) ringDescribe() (string, int) {
-	items, bytes := q.ringDepth()
-	max := "unbounded"
-	if q.maxsize > 0 {
-		max = fmt.Sprintf("max %d", q.maxsize)
-	}
-	q.ring.wmu.Lock()
-	dw := q.ring.wn
-	q.ring.wmu.Unlock()
-	return fmt.Sprintf("%d items, %d bytes, %s, shared ring", items, bytes, max) + q.describeTasks(int64(q.ring.r.UnfinishedNow())),
-		dw + q.ring.r.Waiting()
 }

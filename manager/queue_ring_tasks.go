@@ -1,20 +1,20 @@
 package manager
 
 import (
-	"context"
 	"fmt"
-	"time"
 
 	"github.com/syncmgr/syncmgr/statemem"
 )
 
-// A JoinableQueue with a ring keeps its counts in the ring, where fast-path
-// clients change them by themselves: unfinished is the ring's put count
-// less its done word, and the debts are the ring's owed table, one entry
-// per session slot below statemem.RingSlots (entry 0: the sessions beyond,
-// whose shares the daemon keeps in q.owed). The daemon's ops change them
-// under q.mu and the latch; a client's under the latch, with a journal the
-// daemon finishes when the client dies mid-op (statemem.Ring.repair).
+// A JoinableQueue with a ring keeps its task counts in the ring, where
+// fast-path clients change them by themselves: unfinished is the ring's
+// put count less its done word, and the debts (queue_owed.go) are the
+// ring's owed table, one entry per session slot below statemem.RingSlots
+// (entry 0: the sessions beyond, whose shares the daemon keeps in
+// q.owed). The daemon's ops change them under q.mu and the latch; a
+// client's under the latch, with a journal the daemon finishes when the
+// client dies mid-op (statemem.Ring.repair). The daemon's joiners wait on
+// the ring's seq, as its getters and putters do.
 
 // owedIndex is s's entry in a ring's owed table (0: shared by the sessions
 // whose slot is beyond the table).
@@ -25,11 +25,12 @@ func owedIndex(s *Session) uint32 {
 	return 0
 }
 
-// ringOwe adds d (+1: a get, -1: its undo) to s's debt in the ring (under
-// q.mu; q.owed[s] is known).
-func (q *Queue) ringOwe(s *Session, d int64) {
-	qr := q.ring
-	if !qr.r.Lock(qr.gone) {
+// owe adds d (+n: a get of n items, -1: its undo) to s's debt in the ring
+// (under q.mu; q.owed[s] is known for a get). A failed queue's debts are
+// void.
+func (qr *ringStore) owe(s *Session, d int64) {
+	q := qr.q
+	if q.dead != nil || !qr.r.Lock(qr.gone) {
 		return
 	}
 	defer qr.r.Unlock(false)
@@ -47,24 +48,23 @@ func (q *Queue) ringOwe(s *Session, d int64) {
 	qr.r.SetOwed(idx, uint32(v))
 }
 
-// ringUnfinished is the ring's unfinished count (under q.mu).
-func (q *Queue) ringUnfinished() int64 {
-	qr := q.ring
-	if q.dead != nil || !qr.r.Lock(qr.gone) {
+// unfinished is the ring's unfinished count (under q.mu).
+func (qr *ringStore) unfinished() int64 {
+	if qr.q.dead != nil || !qr.r.Lock(qr.gone) {
 		return 0
 	}
 	defer qr.r.Unlock(false)
 	return int64(qr.r.Unfinished())
 }
 
-// ringTaskDone is task_done on a ring (under q.mu): the caller's own debt
-// is paid first, then any other's (an item got by one process and finished
+// taskDone is task_done on a ring (under q.mu): the caller's own debt is
+// paid first, then any other's (an item got by one process and finished
 // by another), and the done word goes up by one.
-func (q *Queue) ringTaskDone(s *Session) error {
+func (qr *ringStore) taskDone(s *Session) error {
+	q := qr.q
 	if q.dead != nil {
 		return q.dead
 	}
-	qr := q.ring
 	if !qr.r.Lock(qr.gone) {
 		return ErrDeleted
 	}
@@ -100,16 +100,17 @@ func (q *Queue) ringTaskDone(s *Session) error {
 	return nil
 }
 
-// ringReleaseOwed marks done what owed-table entry idx owes (a session
-// ended): all of it for a slot's entry, s's share of entry 0. Its items are
-// not delivered again.
-func (q *Queue) ringReleaseOwed(idx uint32, s *Session) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
+// release marks done what s owes (its session ended; under q.mu).
+func (qr *ringStore) release(s *Session) { qr.releaseOwed(owedIndex(s), s) }
+
+// releaseOwed marks done what owed-table entry idx owes (a session ended):
+// all of it for a slot's entry, s's share of entry 0. Its items are not
+// delivered again. Called under q.mu.
+func (qr *ringStore) releaseOwed(idx uint32, s *Session) {
+	q := qr.q
 	if s != nil {
 		defer delete(q.owed, s)
 	}
-	qr := q.ring
 	if q.dead != nil || !qr.r.Lock(qr.gone) {
 		return
 	}
@@ -126,36 +127,4 @@ func (q *Queue) ringReleaseOwed(idx uint32, s *Session) {
 	qr.r.AddDone(int64(n))
 	q.abandoned += int64(n)
 	qr.unlock(n > 0)
-}
-
-// ringJoin is Join on a ring: it waits on the ring's seq until the
-// unfinished count is 0 (timeout < 0: for ever).
-func (q *Queue) ringJoin(ctx context.Context, timeout time.Duration) (bool, error) {
-	var deadline time.Time
-	if timeout > 0 {
-		deadline = time.Now().Add(timeout)
-	}
-	for {
-		q.mu.Lock()
-		if q.dead != nil {
-			q.mu.Unlock()
-			return false, q.dead
-		}
-		qr := q.ring
-		seen := qr.r.Seq()
-		n := q.ringUnfinished()
-		q.mu.Unlock()
-		if n == 0 {
-			return true, nil
-		}
-		if timeout == 0 {
-			return false, nil
-		}
-		if err := qr.wait(ctx, seen, deadline, nil); err != nil {
-			if err == errTimeout {
-				return false, nil
-			}
-			return false, err
-		}
-	}
 }

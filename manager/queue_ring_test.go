@@ -290,7 +290,7 @@ func TestQueueRingOverRefilledWhileClientsDrain(t *testing.T) {
 	if f := r.Flags(); f != 0 {
 		t.Fatalf("flags %#x once over is empty", f)
 	}
-	if !waitFor(func() bool { q.ring.wmu.Lock(); defer q.ring.wmu.Unlock(); return !q.ring.running }) {
+	if !waitFor(func() bool { return !watching(q) }) {
 		t.Fatal("the watcher goroutine did not end once over was empty")
 	}
 	if err := q.Unget([]byte("front")); err != nil {
@@ -376,9 +376,12 @@ func TestQueueRingHandsPutsToWaitingGetters(t *testing.T) {
 
 // watching reports whether the ring's watcher goroutine runs.
 func watching(q *Queue) bool {
-	q.ring.wmu.Lock()
-	defer q.ring.wmu.Unlock()
-	return q.ring.running
+	q.mu.Lock()
+	qr := q.store.(*ringStore)
+	q.mu.Unlock()
+	qr.wmu.Lock()
+	defer qr.wmu.Unlock()
+	return qr.running
 }
 
 // ringClientPut puts a record as a same-host client does, by itself.

@@ -5,9 +5,10 @@ import (
 	"time"
 )
 
-// Waiting on a Queue's ring: the daemon's own changes wake its waiters at
-// once; a watcher goroutine per ring sleeps on the ring's seq for changes
-// clients make.
+// Waiting on a Queue's ring (the ring store's mark and wait, with which the
+// Queue's put, get and join wait): the daemon's own changes wake its
+// waiters at once; a watcher goroutine per ring sleeps on the ring's seq
+// for changes clients make.
 
 // lonePoll bounds a daemon waiter's sleep on a ring no live session was
 // passed (see wait). A variable for tests.
@@ -18,6 +19,9 @@ type timeoutError struct{}
 func (timeoutError) Error() string { return "timeout" }
 
 var errTimeout error = timeoutError{}
+
+// mark is the ring's seq, which wait compares (under q.mu, before a try).
+func (qr *ringStore) mark() uint32 { return qr.r.Seq() }
 
 // wait returns when the ring's seq moves from seen (or may have: spurious
 // returns are fine, callers retry), when ready closes (nil: never), at the
@@ -30,7 +34,7 @@ var errTimeout error = timeoutError{}
 // costs no thread asleep in a system call. Without a watcher a waiter
 // still looks again every lonePoll, a bound on a change made by a process
 // that kept the ring past its session's end.
-func (qr *queueRing) wait(ctx context.Context, seen uint32, deadline time.Time, ready <-chan struct{}) error {
+func (qr *ringStore) wait(ctx context.Context, seen uint32, deadline time.Time, ready <-chan struct{}) error {
 	qr.wmu.Lock()
 	ch := qr.wch
 	qr.wn++
@@ -82,7 +86,7 @@ func (qr *queueRing) wait(ctx context.Context, seen uint32, deadline time.Time, 
 // rather than through the watcher, whose futex the change then need not
 // wake (UnlockQuiet): the watcher sees it at its next look (a spurious
 // retry at most). Called under q.mu (q.mu, then wmu).
-func (qr *queueRing) wakeLocal() {
+func (qr *ringStore) wakeLocal() {
 	qr.wmu.Lock()
 	if qr.wn > 0 {
 		close(qr.wch)
@@ -94,23 +98,15 @@ func (qr *queueRing) wakeLocal() {
 // unlock lets go of the latch after a daemon op and, when the op changed
 // the ring, wakes the daemon's waiters at once (wakeLocal) and clients
 // through the futex.
-func (qr *queueRing) unlock(changed bool) {
+func (qr *ringStore) unlock(changed bool) {
 	qr.r.Unlock(changed)
 	if changed {
 		qr.wakeLocal()
 	}
 }
 
-// kick wakes the daemon's waiters (the queue failed).
-func (qr *queueRing) kick() {
-	qr.wmu.Lock()
-	close(qr.wch)
-	qr.wch = make(chan struct{})
-	qr.wmu.Unlock()
-}
-
 // startWatch starts the watcher from seq last unless it runs (under wmu).
-func (qr *queueRing) startWatch(last uint32) {
+func (qr *ringStore) startWatch(last uint32) {
 	if !qr.running {
 		qr.running = true
 		go qr.watch(last)
@@ -121,7 +117,7 @@ func (qr *queueRing) startWatch(last uint32) {
 // items; it wakes the waiters at every change (and every 20 ms, a bound on
 // anything missed) and refills the ring from over (refillFromOver). It
 // takes no lock while it sleeps, and q.mu (then the latch) only to refill.
-func (qr *queueRing) watch(last uint32) {
+func (qr *ringStore) watch(last uint32) {
 	for {
 		cur := qr.r.Seq()
 		if cur == last {

@@ -1,12 +1,10 @@
 package manager
 
 import (
-	"context"
 	"encoding/binary"
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/syncmgr/syncmgr/statemem"
 )
@@ -33,7 +31,16 @@ import (
 // anything, from the ring's watcher goroutine, which sleeps on the ring's
 // seq and refills the ring once a consumer has drained half of it (so that
 // a fast consumer rarely finds it empty and has to ask the daemon).
-type queueRing struct {
+//
+// ringStore is that Queue's queueStore. Its binding to a Queue, the
+// sessions it was passed to and its release are in queue_ring_bind.go;
+// its waiting (the daemon's waiters sleep on the ring's seq, through the
+// watcher) in queue_ring_watch.go; its task counts in queue_ring_tasks.go.
+// The daemon's waiters on a ring are not served by its changes as a
+// listStore's are: each tries again when the ring changes (a socket
+// client's put still hands its item to a waiting getter while the queue
+// holds nothing, handOver).
+type ringStore struct {
 	name    string
 	q       *Queue
 	r       *statemem.Ring
@@ -55,28 +62,30 @@ type queueRing struct {
 
 // corrupt stops using a scribbled ring: the queue fails with an error.
 // Called under q.mu with the latch held.
-func (q *Queue) corrupt(err error) error {
+func (qr *ringStore) corrupt(err error) error {
+	q := qr.q
 	e := fmt.Errorf("queue %q: %w; the queue is unusable", q.name, err)
 	q.dead = e
-	q.setFlags() // the daemon flag; no more refills
+	qr.setFlags() // the daemon flag; no more refills
 	return e
 }
 
-// ringCount is every item the queue holds (under q.mu and the latch).
-func (q *Queue) ringCount() (int64, error) {
-	n, _, err := q.ring.r.Len()
-	return int64(n) + int64(len(q.ring.front)+len(q.ring.over)), err
+// count is every item the queue holds (under q.mu and the latch).
+func (qr *ringStore) count() (int64, error) {
+	n, _, err := qr.r.Len()
+	return int64(n) + int64(len(qr.front)+len(qr.over)), err
 }
 
-// ringCharge is charge for bytes the daemon keeps for a Queue with a ring
-// (an item outside the ring, a waiting putter's item): the per-object
+// charge is Queue.charge for bytes the daemon keeps for a Queue with a
+// ring (an item outside the ring, a waiting putter's item): the per-object
 // limit counts the ring's bytes too, so that the items in the ring, those
 // the daemon keeps and the waiting putters' together stay under it. The
 // ring's bytes are read without the latch (a moment's figure) and never
 // taken as more than its capacity. Called under q.mu.
-func (q *Queue) ringCharge(n int64) error {
-	_, used := q.ring.r.Peek()
-	used = min(used, q.ring.r.Capacity())
+func (qr *ringStore) charge(n int64) error {
+	q := qr.q
+	_, used := qr.r.Peek()
+	used = min(used, qr.r.Capacity())
 	if err := q.lim.charge(q.held+int64(used), n); err != nil {
 		return err
 	}
@@ -84,11 +93,25 @@ func (q *Queue) ringCharge(n int64) error {
 	return nil
 }
 
-// ringTryPut stores item if there is room; called under q.mu. Items that
+// overLimit is the per-object limit's error for items that could never be
+// held under it (nil: they might be), checked before a put looks at the
+// ring: what clients put into the ring is not charged one by one, so it
+// cannot wait for room under the limit.
+func (qr *ringStore) overLimit(cost int64) error {
+	if lim := qr.q.lim; lim != nil && lim.perObject > 0 && cost > lim.perObject {
+		return lim.charge(0, cost)
+	}
+	return nil
+}
+
+// tryPut stores item if there is room; called under q.mu. Items that
 // find over non-empty go after it (the daemon first moves what fits of over
 // into the ring), so the FIFO is one.
-func (q *Queue) ringTryPut(item []byte) (ok bool, err error) {
-	qr := q.ring
+func (qr *ringStore) tryPut(item []byte) (ok bool, err error) {
+	if err := qr.overLimit(ItemCost(item)); err != nil {
+		return false, err
+	}
+	q := qr.q
 	if !qr.r.Lock(qr.gone) {
 		return false, ErrDeleted
 	}
@@ -100,9 +123,9 @@ func (q *Queue) ringTryPut(item []byte) (ok bool, err error) {
 			qr.wakeLocal()
 		}
 	}()
-	n, err := q.ringCount()
+	n, err := qr.count()
 	if err != nil {
-		return false, q.corrupt(err)
+		return false, qr.corrupt(err)
 	}
 	if q.maxsize > 0 && n >= q.maxsize {
 		return false, nil
@@ -110,20 +133,78 @@ func (q *Queue) ringTryPut(item []byte) (ok bool, err error) {
 	if q.joinable && qr.r.Unfinished() >= statemem.RingMaxUnfinished {
 		return false, nil // the unfinished count is at its bound: wait as on a full queue
 	}
-	if n == 0 && q.handOver(item) {
+	if n == 0 && qr.handOver(item) {
 		handed = true
 		return true, nil // a socket client's get took it: the ring did not change
 	}
 	if len(qr.over) > 0 {
-		moved = q.settle()
+		moved = qr.settle()
 	}
-	if _, err := q.ringPlace(item, false); err != nil {
+	if _, err := qr.place(item, false); err != nil {
 		return false, err
 	}
 	return true, nil
 }
 
-// ringPlace stores item where a put stores it, room checked: into the ring
+// tryPutMany stores all of items if there is room for all, else none;
+// called under q.mu. Each item goes where tryPut would put it (to a
+// waiting socket getter while the queue is empty, into the ring, named by
+// an external record, or after over), all under one latch, so no other op
+// sees part of the batch. A batch of one is a put.
+func (qr *ringStore) tryPutMany(items [][]byte) (ok bool, err error) {
+	if len(items) == 1 {
+		return qr.tryPut(items[0])
+	}
+	if err := qr.overLimit(itemsCost(items)); err != nil {
+		return false, err
+	}
+	q := qr.q
+	if !qr.r.Lock(qr.gone) {
+		return false, ErrDeleted
+	}
+	changed := false
+	defer func() {
+		qr.r.UnlockQuiet(changed)
+		if changed {
+			qr.wakeLocal()
+		}
+	}()
+	n, err := qr.count()
+	if err != nil {
+		return false, qr.corrupt(err)
+	}
+	if q.maxsize > 0 && n+int64(len(items)) > q.maxsize {
+		return false, nil
+	}
+	if q.joinable && qr.r.Unfinished()+uint64(len(items)) > statemem.RingMaxUnfinished {
+		return false, nil // the unfinished count would pass its bound: wait as on a full queue
+	}
+	// The whole batch is charged first (all or nothing under the limits);
+	// the items that go into the ring or to a getter give theirs back.
+	if err := qr.charge(itemsCost(items)); err != nil {
+		return false, err
+	}
+	if len(qr.over) > 0 && qr.settle() {
+		changed = true
+	}
+	empty := n == 0
+	for _, item := range items {
+		if empty && qr.handOver(item) {
+			q.uncharge(ItemCost(item))
+			continue
+		}
+		empty = false
+		inRing, err := qr.place(item, true)
+		if err != nil {
+			return true, err // a scribbled ring: the queue has failed
+		}
+		changed = changed || inRing
+	}
+	qr.setFlags()
+	return true, nil
+}
+
+// place stores item where a put stores it, room checked: into the ring
 // (copied), named by an external record (an item the daemon keeps: too
 // large for the ring, or a large one that came through the daemon), or
 // after over (no room in the ring). charged: the item's cost is already
@@ -131,27 +212,26 @@ func (q *Queue) ringTryPut(item []byte) (ok bool, err error) {
 // the ring; otherwise it is counted here when the daemon keeps it, and a
 // limit fails the put with nothing stored. inRing: a ring record was
 // written. Latch held, under q.mu.
-func (q *Queue) ringPlace(item []byte, charged bool) (inRing bool, err error) {
-	qr := q.ring
+func (qr *ringStore) place(item []byte, charged bool) (inRing bool, err error) {
+	q := qr.q
 	inline := uint64(len(item)) <= qr.r.Inline()
 	keep := !inline // the daemon keeps it (also when the ring has room for it: SocketKeepMin)
 	if len(qr.over) == 0 && inline {
 		fits, err := qr.r.Fits(uint64(len(item)))
 		if err != nil {
-			return false, q.corrupt(err)
+			return false, qr.corrupt(err)
 		}
 		if fits && len(item) < SocketKeepMin {
 			qr.r.Put(statemem.RecItem, item)
 			if charged {
 				q.uncharge(ItemCost(item))
 			}
-			q.accepted()
 			return true, nil
 		}
 		keep = fits
 	}
 	if !charged {
-		if err := q.ringCharge(ItemCost(item)); err != nil {
+		if err := qr.charge(ItemCost(item)); err != nil {
 			return false, err
 		}
 	}
@@ -160,7 +240,6 @@ func (q *Queue) ringPlace(item []byte, charged bool) (inRing bool, err error) {
 		// record sends a client's get to the daemon).
 		if fits, _ := qr.r.Fits(8); fits {
 			qr.putExternal(item)
-			q.accepted()
 			return true, nil
 		}
 	}
@@ -168,30 +247,30 @@ func (q *Queue) ringPlace(item []byte, charged bool) (inRing bool, err error) {
 	if q.joinable {
 		qr.r.AddDone(-1) // a put the ring's count does not see yet
 	}
-	q.setFlags()
+	qr.setFlags()
 	return false, nil
 }
 
 // handOver gives item to the first of the daemon's waiting getters (a
-// socket client's blocked get), as a queue without a ring does, when the
-// queue holds nothing (so the item is the head of the FIFO): the ring is not
-// written and the getter takes it without a second look at the ring. It
-// reports whether it did so (latch held, under q.mu). A JoinableQueue
-// counts the put in its done word (unfinished is puts less done), as for an
-// item in over.
-func (q *Queue) handOver(item []byte) bool {
-	if !q.handToGetter(item) {
+// socket client's blocked get), as a listStore does, when the queue holds
+// nothing (so the item is the head of the FIFO): the ring is not written
+// and the getter takes it without a second look at the ring. It reports
+// whether it did so (latch held, under q.mu). A JoinableQueue counts the
+// put in its done word (unfinished is puts less done), as for an item in
+// over.
+func (qr *ringStore) handOver(item []byte) bool {
+	if !qr.q.handToGetter(item) {
 		return false
 	}
-	if q.joinable {
-		q.ring.r.AddDone(-1)
+	if qr.q.joinable {
+		qr.r.AddDone(-1)
 	}
 	return true
 }
 
-// ringTryGet removes the first item; called under q.mu.
-func (q *Queue) ringTryGet() (item []byte, ok bool, err error) {
-	qr := q.ring
+// tryGet removes the first item; called under q.mu.
+func (qr *ringStore) tryGet() (item []byte, ok bool, err error) {
+	q := qr.q
 	if !qr.r.Lock(qr.gone) {
 		return nil, false, ErrDeleted
 	}
@@ -209,10 +288,10 @@ func (q *Queue) ringTryGet() (item []byte, ok bool, err error) {
 		kind, p, got, err := qr.r.Get()
 		switch {
 		case err != nil:
-			return nil, false, q.corrupt(err)
+			return nil, false, qr.corrupt(err)
 		case got:
-			if item = q.fromRecord(kind, p); item == nil {
-				return nil, false, q.corrupt(fmt.Errorf("unknown external item"))
+			if item = qr.fromRecord(kind, p); item == nil {
+				return nil, false, qr.corrupt(fmt.Errorf("unknown external item"))
 			}
 			if kind == statemem.RecExternal {
 				q.uncharge(ItemCost(item))
@@ -225,13 +304,13 @@ func (q *Queue) ringTryGet() (item []byte, ok bool, err error) {
 			return nil, false, nil
 		}
 	}
-	q.settle()
+	qr.settle()
 	return item, true, nil
 }
 
 // putExternal keeps item in the daemon and writes the 8-byte external
 // record that names it at the tail (an 8-byte record fits; latch held).
-func (qr *queueRing) putExternal(item []byte) {
+func (qr *ringStore) putExternal(item []byte) {
 	qr.extNext++
 	var id [8]byte
 	binary.LittleEndian.PutUint64(id[:], qr.extNext)
@@ -241,16 +320,16 @@ func (qr *queueRing) putExternal(item []byte) {
 
 // fromRecord is a record's item (nil: an external id the daemon does not
 // know). An external item leaves ext (its charge is the caller's).
-func (q *Queue) fromRecord(kind uint32, p []byte) []byte {
+func (qr *ringStore) fromRecord(kind uint32, p []byte) []byte {
 	if kind != statemem.RecExternal {
 		return p
 	}
 	id := binary.LittleEndian.Uint64(p)
-	item, ok := q.ring.ext[id]
+	item, ok := qr.ext[id]
 	if !ok {
 		return nil
 	}
-	delete(q.ring.ext, id)
+	delete(qr.ext, id)
 	return item
 }
 
@@ -266,8 +345,8 @@ const SocketKeepMin = 64 << 10
 // settle moves over's items into the ring, in order, while they fit (and
 // front is empty), and sets the flags for what the daemon still holds. It
 // reports whether it moved any (latch held, under q.mu).
-func (q *Queue) settle() (moved bool) {
-	qr := q.ring
+func (qr *ringStore) settle() (moved bool) {
+	q := qr.q
 	for len(qr.front) == 0 && len(qr.over) > 0 {
 		item := qr.over[0]
 		// Over's items are copied into the ring up to the inline limit,
@@ -295,15 +374,15 @@ func (q *Queue) settle() (moved bool) {
 	if len(qr.over) == 0 {
 		qr.over = nil // let go of the backing array
 	}
-	q.setFlags()
+	qr.setFlags()
 	return moved
 }
 
 // setFlags writes the ring's flags for what the daemon holds outside it,
 // and starts the watcher's refills while over holds anything (latch held,
 // under q.mu).
-func (q *Queue) setFlags() {
-	qr := q.ring
+func (qr *ringStore) setFlags() {
+	q := qr.q
 	var f uint64
 	if len(qr.front) > 0 || q.dead != nil {
 		f |= statemem.RingFlagDaemon
@@ -321,11 +400,11 @@ func (q *Queue) setFlags() {
 	qr.wmu.Unlock()
 }
 
-// ringUnget puts an item back at the front (the undo of a get), or hands
-// it to the daemon's first waiting getter (it is the head of the FIFO); a
+// unget puts an item back at the front (the undo of a get), or hands it
+// to the daemon's first waiting getter (it is the head of the FIFO); a
 // removed queue's ring takes nothing.
-func (q *Queue) ringUnget(item []byte) {
-	qr := q.ring
+func (qr *ringStore) unget(item []byte) {
+	q := qr.q
 	if !qr.r.Lock(qr.gone) {
 		return
 	}
@@ -337,21 +416,25 @@ func (q *Queue) ringUnget(item []byte) {
 	qr.front = append([][]byte{item}, qr.front...)
 	q.held += ItemCost(item)
 	q.lim.force(ItemCost(item))
-	q.setFlags()
+	qr.setFlags()
 }
+
+// admit lets in nobody: the daemon's putters on a ring try again whenever
+// it changes (wait).
+func (qr *ringStore) admit() {}
 
 // refillFromOver is the watcher's refill: when over holds items and a
 // consumer has drained at least half of the ring, move what fits. Lock
 // order: q.mu, then the latch (as every op). It reports whether over
 // still holds items.
-func (qr *queueRing) refillFromOver() bool {
+func (qr *ringStore) refillFromOver() bool {
 	if _, used := qr.r.Peek(); used > qr.r.Capacity()/2 {
 		return true // not yet: refill in batches, not one record per get
 	}
 	q := qr.q
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.dead != nil || q.ring != qr || len(qr.over) == 0 {
+	if q.dead != nil || q.store != queueStore(qr) || len(qr.over) == 0 {
 		qr.wmu.Lock()
 		qr.refill = false
 		qr.wmu.Unlock()
@@ -363,118 +446,41 @@ func (qr *queueRing) refillFromOver() bool {
 		qr.wmu.Unlock()
 		return false
 	}
-	moved := q.settle() // clears refill when over is empty (a scribbled ring takes nothing: Fits fails)
+	moved := qr.settle() // clears refill when over is empty (a scribbled ring takes nothing: Fits fails)
 	qr.unlock(moved)
 	return len(qr.over) > 0
 }
 
-// ringPut is put for a Queue with a ring: it retries whenever the ring
-// changes, until the deadline. A waiting putter's item counts against the
-// byte limits while it waits, as on a queue without a ring.
-func (q *Queue) ringPut(ctx context.Context, item []byte, block bool, timeout time.Duration) error {
-	return q.ringPutItems(ctx, [][]byte{item}, block, timeout)
+// len is every item the queue holds (under q.mu; the ring's count without
+// the latch).
+func (qr *ringStore) len() int {
+	n, _ := qr.r.Peek()
+	return int(n) + len(qr.front) + len(qr.over)
 }
 
-// ringPutItems puts items, all together (adjacent and in order) or none
-// (a batch of more than one: ringTryPutMany).
-func (q *Queue) ringPutItems(ctx context.Context, items [][]byte, block bool, timeout time.Duration) error {
-	cost := itemsCost(items)
-	if q.lim != nil && q.lim.perObject > 0 && cost > q.lim.perObject {
-		return q.lim.charge(0, cost) // the per-object limit's error
+// depth counts a ring's record bytes, with headers and padding, for the
+// items in it.
+func (qr *ringStore) depth() (items, bytes int64) {
+	n, b := qr.r.Peek()
+	items, bytes = int64(n)+int64(len(qr.front)+len(qr.over)), int64(b)
+	for _, x := range qr.front {
+		bytes += int64(len(x))
 	}
-	try := q.ringTryPutMany
-	if len(items) == 1 {
-		try = func(items [][]byte) (bool, error) { return q.ringTryPut(items[0]) }
+	for _, x := range qr.over {
+		bytes += int64(len(x))
 	}
-	var deadline time.Time
-	if timeout > 0 {
-		deadline = time.Now().Add(timeout)
+	for _, x := range qr.ext {
+		bytes += int64(len(x))
 	}
-	waiting := false
-	defer func() {
-		if waiting {
-			q.mu.Lock()
-			if q.dead == nil { // fail gave back everything held
-				q.uncharge(cost)
-			}
-			q.mu.Unlock()
-		}
-	}()
-	for {
-		q.mu.Lock()
-		if q.dead != nil {
-			q.mu.Unlock()
-			return q.dead
-		}
-		qr := q.ring
-		seen := qr.r.Seq()
-		if waiting { // the items' own charge is made by the put, for those the daemon keeps
-			q.uncharge(cost)
-			waiting = false
-		}
-		ok, err := try(items)
-		if !ok && err == nil && block && timeout != 0 {
-			if err = q.ringCharge(cost); err == nil {
-				waiting = true
-			}
-		}
-		q.mu.Unlock()
-		if ok || err != nil {
-			return err
-		}
-		if !block || timeout == 0 {
-			return ErrFull
-		}
-		if err := qr.wait(ctx, seen, deadline, nil); err != nil {
-			if err == errTimeout {
-				return ErrFull
-			}
-			return err
-		}
-	}
+	return items, bytes
 }
 
-// ringGet is get for a Queue with a ring.
-func (q *Queue) ringGet(ctx context.Context, block bool, timeout time.Duration) ([]byte, error) {
-	var deadline time.Time
-	if timeout > 0 {
-		deadline = time.Now().Add(timeout)
-	}
-	for {
-		q.mu.Lock()
-		if q.dead != nil {
-			q.mu.Unlock()
-			return nil, q.dead
-		}
-		qr := q.ring
-		seen := qr.r.Seq()
-		item, ok, err := q.ringTryGet()
-		if err != nil || ok {
-			q.mu.Unlock()
-			return item, err
-		}
-		if !block || timeout == 0 {
-			q.mu.Unlock()
-			return nil, ErrEmpty
-		}
-		// Wait for a change of the ring (a fast client's put) or for a
-		// socket client's put handed over (handOver).
-		w := newWaiter(nil, 0)
-		q.getters.push(w)
-		q.mu.Unlock()
-		err = qr.wait(ctx, seen, deadline, w.ready)
-		q.mu.Lock()
-		removed := q.getters.remove(w)
-		q.mu.Unlock()
-		if !removed { // handed an item (also when that raced with ctx: the caller owns it), or failed
-			<-w.ready
-			return w.item, w.err
-		}
-		if err != nil {
-			if err == errTimeout {
-				return nil, ErrEmpty
-			}
-			return nil, err
-		}
-	}
+// describe counts the daemon's waiters (wait) and the clients' asleep on
+// the ring.
+func (qr *ringStore) describe() (string, int) {
+	items, bytes := qr.depth()
+	qr.wmu.Lock()
+	dw := qr.wn
+	qr.wmu.Unlock()
+	return qr.q.describeLine(items, bytes, ", shared ring", int64(qr.r.UnfinishedNow())), dw + qr.r.Waiting()
 }
