@@ -408,12 +408,13 @@ func (c *conn) reply(id uint64, res any, err error) error {
 	return c.writeReply(id, we, res)
 }
 
-// writeReply writes one reply frame. A failed write closes the connection:
-// the stream cannot be trusted after a partial frame.
-// largeReply is the size from which a bin result is written with writev
-// after its header instead of being copied into the reply frame.
+// largeReply is the size from which a bin result (or a list of them, in
+// all) is written with writev after its header instead of being copied
+// into the reply frame.
 const largeReply = 32 << 10
 
+// writeReply writes one reply frame. A failed write closes the connection:
+// the stream cannot be trusted after a partial frame.
 func (c *conn) writeReply(id uint64, we *wire.Error, res any) error {
 	if fr, ok := res.(fdReply); ok {
 		if we != nil {
@@ -422,9 +423,20 @@ func (c *conn) writeReply(id uint64, we *wire.Error, res any) error {
 		return c.writeFDReply(id, fr)
 	}
 	var bufs net.Buffers
-	if b, ok := res.([]byte); ok && we == nil && len(b) >= largeReply {
-		if head, err := wire.EncodeBinReplyHead(id, len(b)); err == nil {
-			bufs = net.Buffers{head, b}
+	if we == nil {
+		switch r := res.(type) {
+		case []byte:
+			if len(r) >= largeReply {
+				if head, err := wire.EncodeBinReplyHead(id, len(r)); err == nil {
+					bufs = net.Buffers{head, r}
+				}
+			}
+		case [][]byte: // get_many's items
+			if binsSize(r) >= largeReply {
+				if pieces, err := wire.EncodeBinsReply(id, r); err == nil {
+					bufs = pieces
+				}
+			}
 		}
 	}
 	if bufs == nil {
@@ -449,6 +461,13 @@ func (c *conn) writeReply(id uint64, we *wire.Error, res any) error {
 		return err
 	}
 	return nil
+}
+
+func binsSize(items [][]byte) (n int) {
+	for _, it := range items {
+		n += len(it)
+	}
+	return n
 }
 
 // refreshWriteDeadline keeps the write deadline at least half of

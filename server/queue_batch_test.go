@@ -223,6 +223,27 @@ func TestGetManyReplyFitsTheFrame(t *testing.T) {
 	}, func(o *serverOpts) { o.cfg.MaxFrame = 4096 })
 }
 
+// A get_many whose items add up to a large reply is written as pieces
+// (the items themselves, not copies): the client gets every item, small
+// and large, intact and in order, on both stores.
+func TestGetManyLargeReplyIsIntact(t *testing.T) {
+	batchServers(t, func(t *testing.T, ts *testServer) {
+		c := ts.dial(t)
+		q, _ := c.Queue(ctxT(t), "l", 0)
+		var want []any
+		for i, n := range []int{3, 200 << 10, 10, 4 << 10, 1 << 20, 70 << 10, 1} {
+			it := bytesOf(byte('a'+i), n)
+			want = append(want, it)
+			if err := q.Put(ctxT(t), it); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := getAll(t, q, 100); !reflect.DeepEqual(got, want) {
+			t.Fatalf("get_many returned %d items, not the %d put, or not intact", len(got), len(want))
+		}
+	})
+}
+
 func bytesOf(b byte, n int) []byte {
 	out := make([]byte, n)
 	for i := range out {

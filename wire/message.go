@@ -518,3 +518,76 @@ func (a Args) Timeout() (secs float64, ok bool, err error) {
 	}
 	return secs, true, nil
 }
+
+// binPieceMin is the size from which EncodeBinsReply writes an item as a
+// piece of its own instead of copying it beside its neighbours.
+const binPieceMin = 4 << 10
+
+// EncodeBinsReply lays out a successful reply whose result is a list of
+// bins (a get_many's items) as pieces for one writev: the frame header and
+// envelope, then every item with its bin header before it. Items of
+// binPieceMin bytes or more are pieces of their own, not copied; smaller
+// ones, and every bin header, are copied into shared pieces between them.
+// The bytes on the wire are exactly those of EncodeReply(id, nil, items).
+func EncodeBinsReply(id uint64, items [][]byte) ([][]byte, error) {
+	head, err := encode(func(enc *msgpack.Encoder) error {
+		if err := enc.EncodeArrayLen(3); err != nil {
+			return err
+		}
+		if err := enc.EncodeUint(id); err != nil {
+			return err
+		}
+		if err := enc.EncodeNil(); err != nil {
+			return err
+		}
+		return enc.EncodeArrayLen(len(items))
+	})
+	if err != nil {
+		return nil, err
+	}
+	small, pieces := 0, 1
+	for _, it := range items {
+		if len(it) < binPieceMin {
+			small += len(it)
+		} else {
+			pieces += 2
+		}
+	}
+	// One backing array for every copied byte: no append below reallocates
+	// it, so the pieces cut from it stay valid.
+	buf := make([]byte, 0, small+5*len(items))
+	out := make([][]byte, 0, pieces+1)
+	out = append(out, head)
+	total, from := len(head)-HeaderSize, 0
+	for _, it := range items {
+		buf = appendBinHeader(buf, len(it))
+		if len(it) < binPieceMin {
+			buf = append(buf, it...)
+			continue
+		}
+		total += len(it)
+		out = append(out, buf[from:len(buf):len(buf)], it)
+		from = len(buf)
+	}
+	if from < len(buf) {
+		out = append(out, buf[from:])
+	}
+	total += len(buf)
+	if uint64(total) > math.MaxUint32 {
+		return nil, fmt.Errorf("%w: a reply of %d bytes", ErrFrameTooLarge, total)
+	}
+	binary.BigEndian.PutUint32(head, uint32(total))
+	return out, nil
+}
+
+// appendBinHeader appends the MessagePack header of a bin of n bytes.
+func appendBinHeader(b []byte, n int) []byte {
+	switch {
+	case n < 1<<8:
+		return append(b, 0xc4, byte(n))
+	case n < 1<<16:
+		return append(b, 0xc5, byte(n>>8), byte(n))
+	default:
+		return append(b, 0xc6, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
+	}
+}
