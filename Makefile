@@ -36,13 +36,15 @@ test-go: build lint venv
 # Each fuzz target runs a bounded number of inputs (a count, not a duration:
 # a time budget can end while a worker is minimising, which go test reports as
 # a failure on a loaded machine). Longer runs: make fuzz FUZZN=5000000.
+# FuzzQueueBatch builds a manager and its ring for every input (a few ms
+# each), so it runs a smaller share.
 FUZZN ?= 500000
 fuzz:
 	$(GO) test ./wire -run '^$$' -fuzz '^FuzzDecodeRequest$$' -fuzztime $(FUZZN)x
 	$(GO) test ./wire -run '^$$' -fuzz '^FuzzReadFrame$$' -fuzztime $(FUZZN)x
 	$(GO) test ./auth -run '^$$' -fuzz '^FuzzServerHandshake$$' -fuzztime $$(( $(FUZZN) / 10 ))x
 	$(GO) test ./proxy -run '^$$' -fuzz '^FuzzDecodeValue$$' -fuzztime $$(( $(FUZZN) / 10 ))x
-	$(GO) test ./manager -run '^$$' -fuzz '^FuzzQueueBatch$$' -fuzztime $$(( $(FUZZN) / 25 ))x
+	$(GO) test ./manager -run '^$$' -fuzz '^FuzzQueueBatch$$' -fuzztime $$(( $(FUZZN) / 125 ))x
 	$(GO) test ./wire -run '^$$' -fuzz '^FuzzBinTuples$$' -fuzztime $$(( $(FUZZN) / 10 ))x
 
 lint-py: venv

@@ -150,6 +150,8 @@ def test_the_job_solves_leaves_nothing_and_its_policy_reevaluates_alone(tmp_path
     assert float(np.mean(returns)) == pytest.approx(s["solved_at"]["mean_return"])
 
 
+@pytest.mark.skipif(os.environ.get("SYNCMGR_FASTPATH") == "0",
+                    reason="runs no syncmgr, so the socket pass would repeat the fast pass's run")
 def test_the_same_job_on_syncmanager_with_cpprbs_setup(tmp_path) -> None:
     rc, s, out = run_demo(tmp_path, "--seed", "2", "--setup", "syncmanager")
     assert rc == 0, out[-4000:]

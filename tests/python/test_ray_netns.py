@@ -94,6 +94,9 @@ def _netns(ns: str, *argv: str) -> list[str]:
     return ["ip", "netns", "exec", ns, *argv]
 
 
+@pytest.mark.skipif(os.environ.get("SYNCMGR_FASTPATH") == "0",
+                    reason="the subject is the topology (a node's own network and /dev/shm); the socket path "
+                           "across nodes is covered in this pass by test_ray_cluster and test_multinode")
 def test_a_ray_worker_node_in_another_namespace_gets_its_own_daemon() -> None:
     tmp = tempfile.mkdtemp(prefix="smr", dir="/tmp")
     made: list[str] = []
