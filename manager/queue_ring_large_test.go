@@ -112,9 +112,12 @@ func TestQueueRingChargesCountTheRing(t *testing.T) {
 }
 
 // A socket client's item of SocketKeepMin bytes or more stays in the
-// daemon (the ring holds an 8-byte external record for it, in its place):
-// no copy into the ring and none out for a socket getter. Smaller ones are
-// copied into the ring, and order holds across both.
+// daemon while no client has the ring (the ring holds an 8-byte external
+// record for it, in its place): no copy into the ring and none out for a
+// socket getter. Smaller ones are copied into the ring, and order holds
+// across both. Once the ring is passed to a client (whose gets then take
+// large items from shared memory, not from the daemon), large items are
+// copied into it too, in the same order.
 func TestQueueRingKeepsLargeSocketItems(t *testing.T) {
 	m, _ := fastManager(t)
 	q := ringQueue(t, m, "keep", 0)
@@ -133,6 +136,23 @@ func TestQueueRingKeepsLargeSocketItems(t *testing.T) {
 		got, err := q.Get(ctx, false, 0)
 		if err != nil || !bytes.Equal(got, want) {
 			t.Fatalf("item %d: %d bytes, %v", i, len(got), err)
+		}
+	}
+
+	q.RingPassed(7)
+	big2 := bytes.Repeat([]byte{8}, 2*SocketKeepMin)
+	for _, it := range [][]byte{big, small, big2} {
+		if err := q.Put(ctx, it, false, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, used := r.Peek(); used < uint64(len(big)+len(big2)) {
+		t.Fatalf("the ring uses %d bytes: a large item stayed in the daemon though a client has the ring", used)
+	}
+	for i, want := range [][]byte{big, small, big2} {
+		got, err := q.Get(ctx, false, 0)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("item %d after the ring was passed: %d bytes, %v", i, len(got), err)
 		}
 	}
 }

@@ -58,6 +58,8 @@ type ringStore struct {
 	running bool
 	refill  bool                // over holds items: the watcher refills the ring (written under q.mu and wmu)
 	users   map[uint32]struct{} // session slots the ring was passed to (queue_attach) whose session has not ended
+	// passed is len(users), read without wmu (place, under q.mu).
+	passed atomic.Int32
 }
 
 // corrupt stops using a scribbled ring: the queue fails with an error.
@@ -206,7 +208,8 @@ func (qr *ringStore) tryPutMany(items [][]byte) (ok bool, err error) {
 
 // place stores item where a put stores it, room checked: into the ring
 // (copied), named by an external record (an item the daemon keeps: too
-// large for the ring, or a large one that came through the daemon), or
+// large for the ring, or a large one that came through the daemon while
+// no client has the ring: SocketKeepMin), or
 // after over (no room in the ring). charged: the item's cost is already
 // counted (a batch's, charged whole), and is given back if it goes into
 // the ring; otherwise it is counted here when the daemon keeps it, and a
@@ -215,13 +218,13 @@ func (qr *ringStore) tryPutMany(items [][]byte) (ok bool, err error) {
 func (qr *ringStore) place(item []byte, charged bool) (inRing bool, err error) {
 	q := qr.q
 	inline := uint64(len(item)) <= qr.r.Inline()
-	keep := !inline // the daemon keeps it (also when the ring has room for it: SocketKeepMin)
+	keep := !inline // the daemon keeps it (also when the ring has room for it, passed to no client: SocketKeepMin)
 	if len(qr.over) == 0 && inline {
 		fits, err := qr.r.Fits(uint64(len(item)))
 		if err != nil {
 			return false, qr.corrupt(err)
 		}
-		if fits && len(item) < SocketKeepMin {
+		if fits && (len(item) < SocketKeepMin || qr.passed.Load() > 0) {
 			qr.r.Put(statemem.RecItem, item)
 			if charged {
 				q.uncharge(ItemCost(item))
@@ -335,11 +338,14 @@ func (qr *ringStore) fromRecord(kind uint32, p []byte) []byte {
 
 // SocketKeepMin is the size from which an item put through the daemon
 // into a ring with room for it (a socket client's put, mostly) stays in the
-// daemon's memory, named by an external record, instead of being
-// copied into the ring: the daemon already holds it (the request's bytes),
-// a socket client that gets it takes it with no copy, and a fast client
-// that gets it takes the socket, which carried it in anyway. Smaller items
-// are copied into the ring, where fast clients get them with no round trip.
+// daemon's memory, named by an external record, instead of being copied
+// into the ring, while the ring has not been passed to any client: the
+// daemon already holds it (the request's bytes) and a socket client that
+// gets it takes it with no copy. Once a same-host client has the ring
+// (queue_attach), such items are copied into the ring too, as smaller ones
+// always are: a fast getter then takes them from shared memory, with no
+// round trip and no socket transfer (a remote producer's arrays feeding a
+// local consumer), and a socket getter pays one copy out of the ring.
 const SocketKeepMin = 64 << 10
 
 // settle moves over's items into the ring, in order, while they fit (and
