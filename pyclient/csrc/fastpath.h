@@ -178,6 +178,9 @@ int queue_add_types(PyObject *m);
  * decode_scalar: NULL without an exception when p is anything else. */
 int encode_scalar(PyObject *o, unsigned char *hdr, uint64_t *nh, const void **body, uint64_t *nb);
 PyObject *decode_scalar(const unsigned char *p, uint64_t n);
+/* pack_bins(items) -> bytes | None: a socket put_many's items argument for a
+ * list of plain scalars (module function). */
+PyObject *pack_bins(PyObject *m, PyObject *items);
 
 /* Segment methods, by family (the table is in fp_module.c). */
 /* fp_lock.c */

@@ -357,11 +357,19 @@ static PyTypeObject HandleType = {
     .tp_methods = handle_methods,
 };
 
+static PyMethodDef module_methods[] = {
+    {"pack_bins", pack_bins, METH_O,
+     "pack_bins(items: list) -> bytes | None: a socket put_many's items (a msgpack array of bins) when every "
+     "item is a plain scalar, else None"},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "syncmgr._fastpath",
     .m_doc = "The same-host fast path's word operations (see docs/protocol.md).",
     .m_size = -1,
+    .m_methods = module_methods,
 };
 
 PyMODINIT_FUNC PyInit__fastpath(void) {

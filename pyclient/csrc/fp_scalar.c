@@ -180,3 +180,63 @@ str:
         return u;
     }
 }
+
+/* pack_bins(items: list) -> bytes | None: the MessagePack array of bins
+ * that a socket put_many sends as its items (each bin 0xC1 + the item's
+ * msgpack, as _values.dumps stores a plain scalar), when every item is a
+ * plain scalar; None when one is anything else (Python encodes the batch).
+ * Two passes over the list, the first to size the result; no Python code
+ * runs between them (exact types only), so the list cannot change. */
+PyObject *pack_bins(PyObject *Py_UNUSED(m), PyObject *items) {
+    if (!PyList_CheckExact(items)) {
+        PyErr_SetString(PyExc_TypeError, "pack_bins takes a list");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(items);
+    if ((uint64_t)n > 0xffffffffULL)
+        Py_RETURN_NONE;
+    unsigned char hdr[16];
+    const void *body;
+    uint64_t nh, nb, total = 5;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int e = encode_scalar(PyList_GET_ITEM(items, i), hdr, &nh, &body, &nb);
+        if (e < 0)
+            return NULL;
+        if (e == 0 || nh + nb > 0xffffffffULL)
+            Py_RETURN_NONE;
+        total += 5 + nh + nb;
+    }
+    if (total > (uint64_t)PY_SSIZE_T_MAX)
+        Py_RETURN_NONE;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    if (out == NULL)
+        return NULL;
+    unsigned char *start = (unsigned char *)PyBytes_AS_STRING(out), *p = start;
+    if (n < 16) {
+        *p++ = (unsigned char)(0x90 | n);
+    } else if (n <= 0xffff) {
+        *p++ = 0xdc;
+        be(p, (uint64_t)n, 2);
+        p += 2;
+    } else {
+        *p++ = 0xdd;
+        be(p, (uint64_t)n, 4);
+        p += 4;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (encode_scalar(PyList_GET_ITEM(items, i), hdr, &nh, &body, &nb) != 1) {
+            Py_DECREF(out); /* cannot happen: the first pass encoded it */
+            PyErr_SetString(PyExc_RuntimeError, "pack_bins: an item changed while it was encoded");
+            return NULL;
+        }
+        p = len_header(p, nh + nb, 0xc4);
+        memcpy(p, hdr, nh);
+        p += nh;
+        if (nb > 0)
+            memcpy(p, body, nb);
+        p += nb;
+    }
+    if (_PyBytes_Resize(&out, (Py_ssize_t)(p - start)) < 0)
+        return NULL;
+    return out;
+}

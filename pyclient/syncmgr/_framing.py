@@ -29,6 +29,12 @@ from typing import Any, Optional
 import msgpack
 
 from . import exceptions as exc
+from ._values import dumps_many
+
+try:  # the C extension encodes a batch of plain scalars in one call
+    from ._fastpath import pack_bins as _pack_bins
+except ImportError:  # no compiler at install time: Python encodes every batch
+    _pack_bins = None
 
 HEADER = struct.Struct(">I")
 # Blobs smaller than this are packed into the frame; larger ones are sent as
@@ -120,6 +126,20 @@ def bin_array(items: list[list[Any]]) -> list[Any]:
         out.append(bin_header(sum(memoryview(b).nbytes for b in pieces)))
         out.extend(pieces)
     return out
+
+
+def pack_items(objs: list[Any]) -> list[Any]:
+    """A socket put_many's ``items`` argument for objs: a MessagePack array
+    of bins, each item as _values.dumps stores it, as a list of buffers to
+    concatenate. A batch of plain scalars is encoded by the C extension in
+    one call; any other (or without the extension) item by item
+    (_values.dumps_many), its large buffers not copied. Encoding errors
+    (an unpicklable item) raise here, before anything is sent."""
+    if _pack_bins is not None:
+        packed = _pack_bins(objs)
+        if packed is not None:
+            return [packed]
+    return bin_array(dumps_many(objs))
 
 
 _UINT = {0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8}

@@ -42,7 +42,7 @@ from . import _fast, _values
 from . import exceptions as exc
 from ._args import check_count, timeout_arg
 from ._connection import get_client
-from ._framing import bin_array
+from ._framing import bin_array, pack_items
 from ._transport import Transport
 
 
@@ -426,15 +426,16 @@ class QueueProxy(BaseProxy):
         there is no room for the whole batch it waits, as put does, and
         raises Full at the deadline with nothing stored; a batch of more
         items than maxsize can never fit and raises ValueError at once."""
-        parts = _values.dumps_many(list(items))
-        if not parts:
+        objs = list(items)
+        if not objs:
             return
+        blob = pack_items(objs)
         t = 0.0 if not block else timeout_arg(True, timeout, minus_one_forever=False)
-        self._put_many_encoded(parts, block, t)
+        self._call_blocking("put_many", t, blob_key="items", blob=blob, block=block, timeout=t)
 
     def _put_many_encoded(self, parts: list[list[Any]], block: bool, timeout: Optional[float]) -> None:
         """put_many of items already encoded (each as _values.dumps_parts'
-        pieces), in one request. Also the fast path's hook: its ring hands
+        pieces), in one request: the fast path's hook, where its ring hands
         over a batch it cannot store, encoded once."""
         t = 0.0 if not block else timeout
         self._call_blocking("put_many", t, blob_key="items", blob=bin_array(parts), block=block, timeout=t)

@@ -71,7 +71,7 @@ from ._connection import (
     session_id,
 )
 from ._fast.ring import MISSING
-from ._framing import HEADER, bin_array, check_size, encode_request, frame, packb
+from ._framing import HEADER, check_size, encode_request, frame, pack_items, packb
 from ._handshake import _HANDSHAKE_MAX, Handshake
 from ._manager import Manager as _SyncManager
 from ._manager import connect as _sync_connect
@@ -643,16 +643,17 @@ class QueueView(View):
     async def put_many(self, items: Any, timeout: Optional[float] = None) -> None:
         """All the items, adjacent and in order, or none (see put_many)."""
         t = _wait_arg(timeout)
-        parts = _values.dumps_many(list(items))
-        if not parts:
+        objs = list(items)
+        if not objs:
             return
+        blob = pack_items(objs)  # an item that cannot be encoded raises before anything is stored
         if self._fast():
             try:
-                self._p.put_many(items, block=False)
+                self._p.put_many(objs, block=False)
                 return
             except exc.Full:
                 pass
-        await self._call("put_many", blob_key="items", blob=bin_array(parts), timeout=t)
+        await self._call("put_many", blob_key="items", blob=blob, timeout=t)
 
     async def get(self, timeout: Optional[float] = None) -> Any:
         t = None if timeout is None else _wait_arg(timeout)

@@ -102,6 +102,8 @@ def test_queues(m):
         assert time.monotonic() - t0 >= 0.04
         assert await q.aio.get() == "a"
         assert await q.aio.get_many(10) == ["b"]
+        await q.aio.put_many(x for x in ("g1", "g2"))  # any iterable, a generator included
+        assert await q.aio.get_many(10, timeout=5) == ["g1", "g2"]
         with pytest.raises(syncmgr.Empty):
             await q.aio.get(timeout=0.05)
         asyncio.get_running_loop().call_later(0.05, q.put, b"x" * 200_000)

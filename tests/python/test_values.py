@@ -121,3 +121,47 @@ def test_the_bytes_go_expects():
     assert _values.dumps({"a": 1, "b": [True]}).hex() == "c182a16101a16291c3"
     assert _values.dumps({b"k": 1}).hex() == "c181c4016b01"
     assert _values.dumps(70000).hex() == "c1ce00011170"
+
+
+_EDGES = [None, True, False, 0, 1, 127, 128, 255, 256, 65535, 65536, 2**32 - 1, 2**32, 2**63 - 1, 2**63, 2**64 - 1,
+          -1, -32, -33, -128, -129, -32768, -32769, -2**31, -2**31 - 1, -2**63, 0.0, -0.0, 1.5, math.inf, math.nan,
+          "", "é", "x" * 31, "x" * 32, "x" * 255, "x" * 256, "x" * 65535, "x" * 65536, b"", b"\0", b"y" * 255,
+          b"y" * 256, b"y" * 65535, b"y" * 65536]
+
+
+@pytest.mark.parametrize("n", [0, 1, 15, 16, 300, 65536])
+def test_a_batch_of_plain_scalars_encodes_as_python_encodes_it(n):
+    from syncmgr import _framing
+
+    if _framing._pack_bins is None:
+        pytest.skip("the C extension is not built")
+    items = [_EDGES[i % len(_EDGES)] for i in range(n)]
+    c = _framing._pack_bins(items)
+    assert c is not None
+    assert c == b"".join(bytes(b) for b in _framing.bin_array(_values.dumps_many(items)))
+
+
+def test_without_the_extension_a_batch_encodes_the_same(monkeypatch):
+    from syncmgr import _framing
+
+    items = [_EDGES[i % len(_EDGES)] for i in range(100)] + [(1, 2), {"k": [1.5]}]
+    want = b"".join(bytes(b) for b in _framing.pack_items(items))
+    monkeypatch.setattr(_framing, "_pack_bins", None)
+    assert b"".join(bytes(b) for b in _framing.pack_items(items)) == want
+    assert b"".join(bytes(b) for b in _framing.pack_items(items[:100])) == b"".join(
+        bytes(b) for b in _framing.bin_array(_values.dumps_many(items[:100])))
+
+
+@pytest.mark.parametrize("odd", [2**64, -2**63 - 1, "\ud800", [1], (1,), {"a": 1}, 1j, bytearray(b"x")])
+def test_a_batch_with_anything_else_is_left_to_python(odd):
+    from syncmgr import _framing
+
+    if _framing._pack_bins is None:
+        pytest.skip("the C extension is not built")
+    assert _framing._pack_bins([1, b"x", odd, "y"]) is None
+    # ... and pack_items then encodes it item by item, the same bytes the daemon gets either way
+    items = [1, b"x", odd, "y"]
+    def joined(pieces):
+        return b"".join(bytes(b) for b in pieces)
+
+    assert joined(_framing.pack_items(items)) == joined(_framing.bin_array(_values.dumps_many(items)))
