@@ -20,7 +20,9 @@ raylet and object store). Three parts, each in one run:
   each row carries the same load;
 * **remote ingestion over TCP+TLS on loopback**: 4 producers on one node
   put into a Queue whose consumer is on the other node, on its fast path:
-  ``put_many`` of 64 x 8-byte items, and 1 MiB numpy arrays.
+  ``put_many`` of 64 x 8-byte items, and 1 MiB numpy arrays. Each producer
+  connects (its key from the cluster, its TLS handshake) before the clock
+  starts.
 
     python bench/cluster.py            # rewrites its section of docs/benchmarks.md
     python bench/cluster.py --smoke    # a few steps of each; writes nothing
@@ -138,6 +140,11 @@ class Consumer:
 
 
 class Producer:
+    def warm(self, q: Any) -> int:
+        """Connect (the key from the cluster's actor, the TLS handshake)
+        before the clock starts: the rate measured is the ingestion's."""
+        return int(q.qsize())
+
     def run(self, q: Any, n_batches: int, big: bool) -> int:
         if big:
             a = np.ones(1 << 18, np.float32)  # 1 MiB
@@ -282,15 +289,18 @@ def run(smoke: bool) -> dict[str, Any]:
             n_batches = (20 if big else 200) if smoke else (100 if big else 4000)
             prods = [_pin(ray, Producer, b_node).remote() for _ in range(4)]
             n_items = 4 * n_batches * (1 if big else 64)
-            ray.get([p.__ray_ready__.remote() for p in prods])
-            done = cons.drain.remote(n_items, big)
-            time.sleep(0.5)  # the consumer waits in get_many before the first put
-            t_start = time.time()  # the same clock as the consumer's: one machine
-            sent = ray.get([p.run.remote(q, n_batches, big) for p in prods])
-            t_end, nbytes = ray.get(done)
-            secs = t_end - t_start
-            assert sum(sent) == n_items
-            R["ingest_big" if big else "ingest_small"] = {"items": n_items, "seconds": secs, "bytes": nbytes,
+            ray.get([p.warm.remote(q) for p in prods])
+            trials = []
+            for _ in range(1 if smoke else 3):
+                done = cons.drain.remote(n_items, big)
+                time.sleep(0.5)  # the consumer waits in get_many before the first put
+                t_start = time.time()  # the same clock as the consumer's: one machine
+                sent = ray.get([p.run.remote(q, n_batches, big) for p in prods])
+                t_end, nbytes = ray.get(done)
+                assert sum(sent) == n_items
+                trials.append({"items": n_items, "seconds": t_end - t_start, "bytes": nbytes})
+            mid = sorted(trials, key=lambda x: x["seconds"])[len(trials) // 2]
+            R["ingest_big" if big else "ingest_small"] = {**mid, "trials": len(trials),
                                                           "fast": ray.get(cons.is_fast.remote())}
             for p in prods + [cons]:
                 ray.kill(p)
@@ -312,6 +322,13 @@ def report(R: dict[str, Any], md: bool) -> str:
         ["shutdown(): /dev/shm files left", str(R["left_shm"]), "0", b("PASS" if R["left_shm"] == 0 else "MISS")],
     ], md))
     out.append("")
+    def verdict(vs_actor: float, floor: float) -> str:
+        # Where the buffer itself (plain multiprocessing, one process) is
+        # within 5x of the actor pattern, no lock server can reach 5x.
+        if vs_actor >= 5:
+            return b("PASS")
+        return b("MISS") + (f" (plain multiprocessing, the floor, is {floor:.1f}x)" if floor < 5 else "")
+
     rows = []
     for size, L in R["learners"].items():
         vs_actor = L["actor"] / L["syncmgr"]
@@ -320,7 +337,7 @@ def report(R: dict[str, Any], md: bool) -> str:
             [f"syncmgr: MPPrioritizedReplayBuffer({size:,}), ctx=cluster.local(), each node its own shard",
              T.fmt_ns(L["syncmgr"] * 1e9), "", "", ""],
             ["RLlib's pattern: replay actor + learner actor on the same node", T.fmt_ns(L["actor"] * 1e9),
-             f"{vs_actor:.1f}x slower than syncmgr", ">= 5x", b("PASS" if vs_actor >= 5 else "MISS")],
+             f"{vs_actor:.1f}x slower than syncmgr", ">= 5x", verdict(vs_actor, L["actor"] / L["mp"])],
             ["MPPrioritizedReplayBuffer on plain multiprocessing, one process", T.fmt_ns(L["mp"] * 1e9),
              f"syncmgr takes {vs_mp:.2f}x its time", "<= 1.2x", b("PASS" if vs_mp <= 1.2 else "MISS")],
             ["(reference) cpprb PrioritizedReplayBuffer, one process, no locks", T.fmt_ns(L["single"] * 1e9),
@@ -348,7 +365,9 @@ def write_doc(R: dict[str, Any], path: str) -> None:
         f"are `ray.cluster_utils.Cluster` nodes on this machine. Learner rows: medians of {R['rounds']} "
         f"interleaved rounds of {R['k']} steps by 2 learners at once (one per node; two processes for the rows "
         f"without Ray), shards of {' and '.join(f'{n:,}' for n in R['sizes'])} transitions. "
-        "A remote producer's `put_many` of 64 items is one request over TCP+TLS; a 1 MiB array is one `put`.", "",
+        "A remote producer's `put_many` of 64 items is one request over TCP+TLS; a 1 MiB array is one `put`; each "
+        "producer has connected before the clock starts; each ingestion row is the median of "
+        f"{R['ingest_small'].get('trials', 1)} runs.", "",
         report(R, True), "", END])
     T.write_section(path, BEGIN, END, body)
 
