@@ -256,13 +256,7 @@ func EncodeReply(id uint64, e *Error, result any) ([]byte, error) {
 // Writing the two with one writev spares copying a large item into the frame.
 func EncodeBinReplyHead(id uint64, n int) ([]byte, error) {
 	head, err := encode(func(enc *msgpack.Encoder) error {
-		if err := enc.EncodeArrayLen(3); err != nil {
-			return err
-		}
-		if err := enc.EncodeUint(id); err != nil {
-			return err
-		}
-		if err := enc.EncodeNil(); err != nil {
+		if err := encodeOKHead(enc, id); err != nil {
 			return err
 		}
 		return enc.EncodeBytesLen(n)
@@ -519,6 +513,18 @@ func (a Args) Timeout() (secs float64, ok bool, err error) {
 	return secs, true, nil
 }
 
+// encodeOKHead writes the start of a successful reply, [id, nil, result],
+// up to its result.
+func encodeOKHead(enc *msgpack.Encoder, id uint64) error {
+	if err := enc.EncodeArrayLen(3); err != nil {
+		return err
+	}
+	if err := enc.EncodeUint(id); err != nil {
+		return err
+	}
+	return enc.EncodeNil()
+}
+
 // binPieceMin is the size from which EncodeBinsReply writes an item as a
 // piece of its own instead of copying it beside its neighbours.
 const binPieceMin = 4 << 10
@@ -531,13 +537,7 @@ const binPieceMin = 4 << 10
 // The bytes on the wire are exactly those of EncodeReply(id, nil, items).
 func EncodeBinsReply(id uint64, items [][]byte) ([][]byte, error) {
 	head, err := encode(func(enc *msgpack.Encoder) error {
-		if err := enc.EncodeArrayLen(3); err != nil {
-			return err
-		}
-		if err := enc.EncodeUint(id); err != nil {
-			return err
-		}
-		if err := enc.EncodeNil(); err != nil {
+		if err := encodeOKHead(enc, id); err != nil {
 			return err
 		}
 		return enc.EncodeArrayLen(len(items))
