@@ -17,6 +17,9 @@
 #   loads, the package's daemon starts, the fast-path smoke passes
 #   (tests/wheel/old_glibc.sh).
 #
+# The qemu and old-glibc checks run in the background while the x86_64
+# wheels are installed and smoke-tested; their lines come last.
+#
 # A CPython 3.9-3.13 this machine lacks, a wheel missing from the build, or a
 # failed check is a FAILED line. A qemu or old-glibc check whose tools or
 # Debian packages cannot be had here is a "not run" note that says why
@@ -40,6 +43,24 @@ indent() { sed 's/^/    /'; }
 
 . scripts/find-python.sh  # find_python 3.X
 
+# The checks under qemu and under an older glibc spend most of their time
+# fetching a Debian root and in emulation: they run in the background,
+# beside the x86_64 installs, each into files of its own, and their results
+# are printed after those, in the order they were started. Their tools are
+# installed first, one apt-get at a time.
+bg_labels=() bg_msgs=() bg_pids=()
+background() {  # background LABEL MESSAGE COMMAND...
+  local i=${#bg_labels[@]} p
+  for p in "${root_pids[@]}"; do wait "$p"; done
+  root_pids=()
+  bg_labels+=("$1") bg_msgs+=("$2")
+  shift 2
+  ( start=$SECONDS; "$@" >"$work/bg-$i.out" 2>&1; echo "$? $((SECONDS - start))" >"$work/bg-$i.rc" ) &
+  bg_pids+=("$!")
+}
+bash scripts/apt-ensure.sh qemu-aarch64-static qemu-user-static >/dev/null 2>&1 || true
+bash scripts/apt-ensure.sh debootstrap debootstrap >/dev/null 2>&1 || true
+
 if ! bash scripts/wheel-tools.sh; then
   bad "tools" "scripts/wheel-tools.sh could not install ziglang and auditwheel"
   echo "wheel-smoke: $passed passed, $failed failed"
@@ -61,6 +82,19 @@ else
   ok "build without Go" "refused with: $(grep -o 'building the syncmgr wheel compiles the daemon and needs Go[^:]*' "$work/nogo.log" | head -1)"
 fi
 
+# The Debian roots those checks run in are fetched while the wheels build
+# (network, not CPU); each check waits for them first. A root that fails
+# here is fetched again, and its failure reported, by its check.
+root_pids=()
+if command -v debootstrap >/dev/null; then
+  for r in "arm64 bullseye 3.9" "arm64 bookworm 3.11" "arm64 trixie 3.13" "amd64 bullseye 3.9"; do
+    read -r r_arch r_suite r_ver <<<"$r"
+    bash scripts/debian-root.sh "$r_arch" "$r_suite" "$r_ver" "$repo/build/wheel/root-$r_arch-$r_suite" \
+      >"$work/root-$r_arch-$r_suite.log" 2>&1 &
+    root_pids+=("$!")
+  done
+fi
+
 dist=${1:-}
 if [ -z "$dist" ]; then
   dist=$repo/dist
@@ -69,7 +103,15 @@ if [ -z "$dist" ]; then
   echo "wheel-smoke: build: $((SECONDS - start)) s"
 fi
 
-for arch in x86_64 aarch64; do
+# The glibc check: the cp39 x86_64 wheel under an older glibc.
+whl=$dist/syncmgr-$version-cp39-cp39-manylinux_2_17_x86_64.manylinux2014_x86_64.whl
+if [ -f "$whl" ]; then
+  background "cp39 x86_64 under glibc 2.31" \
+    "the extension loads and the package's daemon starts in Debian bullseye's CPython 3.9" \
+    bash tests/wheel/old_glibc.sh "$whl" "$work"
+fi
+
+for arch in aarch64 x86_64; do  # aarch64 first: its qemu checks run in the background meanwhile
   for v in $versions; do
     xy=${v/./}
     label="cp$xy $arch"
@@ -106,32 +148,22 @@ for arch in x86_64 aarch64; do
     else
       ok "$label" "$(basename "$whl"): $checked"
       mkdir -p "$work/arm$xy"
-      start=$SECONDS
-      out=$(bash tests/wheel/qemu_arm.sh "$whl" "$v" "$work/arm$xy" 2>&1)
-      rc=$?
-      case $rc in
-        0) echo "$out" | indent
-           ok "$label under qemu" "its daemon and its extension in Debian's arm64 CPython $v: fast path with no round trip ($((SECONDS - start)) s)" ;;
-        3) note "$label under qemu" "$(echo "$out" | tail -n 1)" ;;
-        *) echo "$out" | indent; bad "$label under qemu" "the smoke failed (above)" ;;
-      esac
+      background "$label under qemu" "its daemon and its extension in Debian's arm64 CPython $v: fast path with no round trip" \
+        bash tests/wheel/qemu_arm.sh "$whl" "$v" "$work/arm$xy"
     fi
   done
 done
 
-# The glibc check: the cp39 x86_64 wheel under an older glibc.
-whl=$dist/syncmgr-$version-cp39-cp39-manylinux_2_17_x86_64.manylinux2014_x86_64.whl
-if [ -f "$whl" ]; then
-  start=$SECONDS
-  out=$(bash tests/wheel/old_glibc.sh "$whl" "$work" 2>&1)
-  rc=$?
+# The background checks' results, in the order they were started.
+for i in "${!bg_labels[@]}"; do
+  wait "${bg_pids[$i]}"
+  read -r rc secs <"$work/bg-$i.rc" || { rc=1 secs=0; }
   case $rc in
-    0) echo "$out" | indent
-       ok "cp39 x86_64 under glibc 2.31" "the extension loads and the package's daemon starts in Debian bullseye's CPython 3.9 ($((SECONDS - start)) s)" ;;
-    3) note "cp39 x86_64 under an older glibc" "$(echo "$out" | tail -n 1)" ;;
-    *) echo "$out" | indent; bad "cp39 x86_64 under glibc 2.31" "the smoke failed (above)" ;;
+    0) indent <"$work/bg-$i.out"; ok "${bg_labels[$i]}" "${bg_msgs[$i]} ($secs s)" ;;
+    3) note "${bg_labels[$i]}" "$(tail -n 1 "$work/bg-$i.out")" ;;
+    *) indent <"$work/bg-$i.out"; bad "${bg_labels[$i]}" "the smoke failed (above)" ;;
   esac
-fi
+done
 
 if [ ${#notes[@]} -gt 0 ]; then
   echo "wheel-smoke: not run, and why:"
