@@ -36,14 +36,17 @@ func vmHWM(t *testing.T, pid int) int64 {
 	return 0
 }
 
-// checkPeak fails when the daemon's peak RSS passed limit. The race
-// detector multiplies memory use, so there only the limit errors and the
-// absence of effects are checked.
+// checkPeak fails when the daemon's peak RSS passed limit. The daemons of
+// these tests are built without the race detector (startPlainDaemon),
+// which multiplies memory use, so the bound is checked in every run.
 func (d *daemon) checkPeak(t *testing.T, what string, limit int64) {
 	t.Helper()
+	if d.bin != plainBinPath {
+		t.Fatalf("%s: checkPeak needs a daemon from startPlainDaemon", what)
+	}
 	peak := vmHWM(t, d.cmd.Process.Pid)
 	t.Logf("%s: daemon VmHWM %d MiB", what, peak>>20)
-	if !raceEnabled && peak > limit {
+	if peak > limit {
 		t.Errorf("%s: daemon peak RSS %d MiB, over the bound of %d MiB", what, peak>>20, limit>>20)
 	}
 }
@@ -104,7 +107,7 @@ func lenOf(t *testing.T, d *daemon, kind, name string) int64 {
 // --max-object-bytes it is refused with limit before it is decoded, the
 // list is unchanged, and the daemon's peak stays near the frame's size.
 func TestLimitListExtendSmallItems(t *testing.T) {
-	d := startDaemon(t, "--max-object-bytes", "256000000")
+	d := startPlainDaemon(t, "--max-object-bytes", "256000000")
 	c := d.dial(t)
 	call(t, c, wire.OpCreate, obj(wire.KindList, "l"))
 	call(t, c, wire.OpAppend, obj(wire.KindList, "l", wire.ArgValue, []byte("x")))
@@ -130,7 +133,7 @@ func TestLimitListExtendSmallItems(t *testing.T) {
 // when refused. A malformed one and one over the byte limit are both
 // refused with no effect, at a cost near the frame's size.
 func TestLimitDictUpdate(t *testing.T) {
-	d := startDaemon(t, "--max-object-bytes", "100000000")
+	d := startPlainDaemon(t, "--max-object-bytes", "100000000")
 	c := d.dial(t)
 	call(t, c, wire.OpCreate, obj(wire.KindDict, "d"))
 	big := smallItems(29<<20/20, 3)
@@ -158,7 +161,7 @@ func TestLimitDictUpdate(t *testing.T) {
 // Past --max-parked the rest are answered limit at once.
 func TestLimitParkedRequests(t *testing.T) {
 	const parked, total = 1000, 100_000
-	d := startDaemon(t, "--max-parked", strconv.Itoa(parked))
+	d := startPlainDaemon(t, "--max-parked", strconv.Itoa(parked))
 	c := d.dial(t)
 	call(t, c, wire.OpCreate, obj(wire.KindQueue, "q"))
 	r := d.raw(t)
@@ -202,7 +205,7 @@ func TestLimitParkedRequests(t *testing.T) {
 // count for a queue whose items the daemon keeps (no ring: --fastpath-dir
 // none); TestLimitQueueBytesRing is the same with a ring.
 func TestLimitQueueBytes(t *testing.T) {
-	d := startDaemon(t, "--max-object-bytes", "64000000", "--fastpath-dir", "none")
+	d := startPlainDaemon(t, "--max-object-bytes", "64000000", "--fastpath-dir", "none")
 	c, r := floodQueue(t, d)
 	// 10 items and fit-10 waiting putters fit in 64 MB; the others do not.
 	fit := 64_000_000/(1<<20+manager.ItemOverhead) - 10
@@ -265,7 +268,7 @@ const floodPutters = 600
 // its maxsize, every admitted putter's item arrives, and the peak stays
 // bounded.
 func TestLimitQueueBytesRing(t *testing.T) {
-	d := startDaemon(t, "--max-object-bytes", "64000000")
+	d := startPlainDaemon(t, "--max-object-bytes", "64000000")
 	c, r := floodQueue(t, d)
 	fit := 64_000_000/(1<<20+manager.ItemOverhead) - 10
 	refused := 0
@@ -334,7 +337,7 @@ func TestLimitTotalBytes(t *testing.T) {
 // replaced (it is counted as the small new value). 40 keys set to 8 MiB and
 // then to b"" would otherwise keep 320 MiB that no limit sees.
 func TestLimitReplacedValuesAreFreed(t *testing.T) {
-	d := startDaemon(t)
+	d := startPlainDaemon(t)
 	c := d.dial(t)
 	call(t, c, wire.OpCreate, obj(wire.KindDict, "d"))
 	big := bytes.Repeat([]byte{3}, 8<<20)

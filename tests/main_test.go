@@ -28,8 +28,11 @@ import (
 // bound is the longest any single wait in these tests may take.
 const bound = 10 * time.Second
 
-// binPath is the syncmgr binary built by TestMain.
-var binPath string
+// binPath is the syncmgr binary built by TestMain: with the race detector
+// when the tests run under it, so that the daemon's races fail them too.
+// plainBinPath is built without it, for the tests that bound the daemon's
+// memory (the race detector multiplies it) or time its work.
+var binPath, plainBinPath string
 
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
@@ -46,17 +49,36 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	binPath = filepath.Join(dir, "syncmgr")
-	args := []string{"build", "-o", binPath}
+	plainBinPath = binPath
 	if raceEnabled {
-		args = append(args, "-race")
+		plainBinPath = filepath.Join(dir, "syncmgr-plain")
+		if err := buildDaemon(plainBinPath); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
 	}
-	args = append(args, "github.com/syncmgr/syncmgr/cmd/syncmgr")
-	cmd := exec.Command("go", args...) // go test puts its own go first on PATH
-	if out, err := cmd.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build syncmgr: %v\n%s", err, out)
+	if err := buildDaemon(binPath, raceFlag()...); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	return m.Run()
+}
+
+func raceFlag() []string {
+	if raceEnabled {
+		return []string{"-race"}
+	}
+	return nil
+}
+
+// buildDaemon builds cmd/syncmgr into path.
+func buildDaemon(path string, flags ...string) error {
+	args := append(append([]string{"build", "-o", path}, flags...), "github.com/syncmgr/syncmgr/cmd/syncmgr")
+	cmd := exec.Command("go", args...) // go test puts its own go first on PATH
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("build syncmgr: %v\n%s", err, out)
+	}
+	return nil
 }
 
 // syncBuffer is a bytes.Buffer safe for a process to write while a test reads.
@@ -147,6 +169,7 @@ type daemon struct {
 	err    error // from Wait, valid once exited is closed
 
 	dialOpts []proxy.Option // for daemons run as another user (proxy.WithServerUID)
+	bin      string         // the binary start runs: binPath unless set
 }
 
 // startDaemon runs `syncmgr serve` on a fresh socket with extra flags and
@@ -159,9 +182,23 @@ func startDaemon(t *testing.T, flags ...string) *daemon {
 	return d
 }
 
+// startPlainDaemon is startDaemon with the daemon built without the race
+// detector (plainBinPath).
+func startPlainDaemon(t *testing.T, flags ...string) *daemon {
+	t.Helper()
+	d := &daemon{t: t, sock: filepath.Join(shortDir(t), "d.sock"), key: newKey(t), bin: plainBinPath}
+	d.start(flags...)
+	t.Cleanup(d.stop)
+	return d
+}
+
 func (d *daemon) start(flags ...string) {
 	d.t.Helper()
-	args := append([]string{binPath, "serve", "--socket", d.sock, "--shm-dir", "none", "--log-level", "debug"}, flags...)
+	bin := d.bin
+	if bin == "" {
+		bin = binPath
+	}
+	args := append([]string{bin, "serve", "--socket", d.sock, "--shm-dir", "none", "--log-level", "debug"}, flags...)
 	d.startArgv(args, env("SYNCMGR_AUTHKEY="+d.key))
 }
 
