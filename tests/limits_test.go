@@ -347,8 +347,8 @@ func TestLimitReplacedValuesAreFreed(t *testing.T) {
 		call(t, c, wire.OpSet, obj(wire.KindDict, "d", wire.ArgKey, k, wire.ArgKeyP, k, wire.ArgValue, []byte{}))
 	}
 	call(t, c, wire.OpCreate, obj(wire.KindList, "l"))
+	items := smallItems(1_000_000, 1) // 7 MB, of which one item stays each time
 	for i := 0; i < 40; i++ {
-		items := smallItems(1_000_000, 1) // 7 MB, of which one item stays
 		call(t, c, wire.OpExtend, obj(wire.KindList, "l", wire.ArgItems, items))
 		call(t, c, wire.OpReplace, obj(wire.KindList, "l", wire.ArgItems, smallItems(i+1, 1)))
 	}
