@@ -106,6 +106,24 @@ func (qr *ringStore) overLimit(cost int64) error {
 	return nil
 }
 
+// roomFor reports whether k more items fit: under maxsize, and for a
+// JoinableQueue under the ring's bound on unfinished items (past it a put
+// waits as on a full queue); n is what the queue holds now. Latch held; a
+// ring whose count cannot be read fails the queue (err).
+func (qr *ringStore) roomFor(k int) (n int64, room bool, err error) {
+	q := qr.q
+	if n, err = qr.count(); err != nil {
+		return 0, false, qr.corrupt(err)
+	}
+	if q.maxsize > 0 && n+int64(k) > q.maxsize {
+		return n, false, nil
+	}
+	if q.joinable && qr.r.Unfinished()+uint64(k) > statemem.RingMaxUnfinished {
+		return n, false, nil
+	}
+	return n, true, nil
+}
+
 // tryPut stores item if there is room; called under q.mu. Items that
 // find over non-empty go after it (the daemon first moves what fits of over
 // into the ring), so the FIFO is one.
@@ -113,7 +131,6 @@ func (qr *ringStore) tryPut(item []byte) (ok bool, err error) {
 	if err := qr.overLimit(ItemCost(item)); err != nil {
 		return false, err
 	}
-	q := qr.q
 	if !qr.r.Lock(qr.gone) {
 		return false, ErrDeleted
 	}
@@ -125,15 +142,9 @@ func (qr *ringStore) tryPut(item []byte) (ok bool, err error) {
 			qr.wakeLocal()
 		}
 	}()
-	n, err := qr.count()
-	if err != nil {
-		return false, qr.corrupt(err)
-	}
-	if q.maxsize > 0 && n >= q.maxsize {
-		return false, nil
-	}
-	if q.joinable && qr.r.Unfinished() >= statemem.RingMaxUnfinished {
-		return false, nil // the unfinished count is at its bound: wait as on a full queue
+	n, room, err := qr.roomFor(1)
+	if !room || err != nil {
+		return false, err
 	}
 	if n == 0 && qr.handOver(item) {
 		handed = true
@@ -171,15 +182,9 @@ func (qr *ringStore) tryPutMany(items [][]byte) (ok bool, err error) {
 			qr.wakeLocal()
 		}
 	}()
-	n, err := qr.count()
-	if err != nil {
-		return false, qr.corrupt(err)
-	}
-	if q.maxsize > 0 && n+int64(len(items)) > q.maxsize {
-		return false, nil
-	}
-	if q.joinable && qr.r.Unfinished()+uint64(len(items)) > statemem.RingMaxUnfinished {
-		return false, nil // the unfinished count would pass its bound: wait as on a full queue
+	n, room, err := qr.roomFor(len(items))
+	if !room || err != nil {
+		return false, err
 	}
 	// The whole batch is charged first (all or nothing under the limits);
 	// the items that go into the ring or to a getter give theirs back.
