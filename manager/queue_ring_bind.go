@@ -197,7 +197,6 @@ func (q *Queue) RingPassed(slot Slot) {
 		qr.users = make(map[uint32]struct{})
 	}
 	qr.users[uint32(slot)] = struct{}{}
-	qr.passed.Store(int32(len(qr.users)))
 	if qr.wn > 0 {
 		qr.startWatch(qr.r.Seq())
 	}
@@ -217,7 +216,6 @@ func (f *fastPath) releaseQueueSlots(slot Slot) {
 		qr.wmu.Lock()
 		_, user := qr.users[uint32(slot)]
 		delete(qr.users, uint32(slot))
-		qr.passed.Store(int32(len(qr.users)))
 		qr.wmu.Unlock()
 		if qr.r.ReleaseLatch(uint32(slot)) || user {
 			// What the session (or the daemon for it) changed last may be

@@ -58,8 +58,6 @@ type ringStore struct {
 	running bool
 	refill  bool                // over holds items: the watcher refills the ring (written under q.mu and wmu)
 	users   map[uint32]struct{} // session slots the ring was passed to (queue_attach) whose session has not ended
-	// passed is len(users), read without wmu (place, under q.mu).
-	passed atomic.Int32
 }
 
 // corrupt stops using a scribbled ring: the queue fails with an error.
@@ -229,7 +227,7 @@ func (qr *ringStore) place(item []byte, charged bool) (inRing bool, err error) {
 		if err != nil {
 			return false, qr.corrupt(err)
 		}
-		if fits && (len(item) < SocketKeepMin || qr.passed.Load() > 0) {
+		if fits && (len(item) < SocketKeepMin || qr.passed()) {
 			qr.r.Put(statemem.RecItem, item)
 			if charged {
 				q.uncharge(ItemCost(item))
@@ -257,6 +255,14 @@ func (qr *ringStore) place(item []byte, charged bool) (inRing bool, err error) {
 	}
 	qr.setFlags()
 	return false, nil
+}
+
+// passed reports whether a client whose session lives has the ring
+// (queue_attach). Under q.mu (q.mu, then wmu).
+func (qr *ringStore) passed() bool {
+	qr.wmu.Lock()
+	defer qr.wmu.Unlock()
+	return len(qr.users) > 0
 }
 
 // handOver gives item to the first of the daemon's waiting getters (a
