@@ -430,15 +430,19 @@ class QueueProxy(BaseProxy):
         if not objs:
             return
         blob = pack_items(objs)
-        t = 0.0 if not block else timeout_arg(True, timeout, minus_one_forever=False)
-        self._call_blocking("put_many", t, blob_key="items", blob=blob, block=block, timeout=t)
+        self._put_many_blob(blob, block, 0.0 if not block else timeout_arg(True, timeout, minus_one_forever=False))
 
     def _put_many_encoded(self, parts: list[list[Any]], block: bool, timeout: Optional[float]) -> None:
         """put_many of items already encoded (each as _values.dumps_parts'
-        pieces), in one request: the fast path's hook, where its ring hands
-        over a batch it cannot store, encoded once."""
+        pieces): the fast path's hook, where its ring hands over a batch it
+        cannot store, encoded once."""
+        self._put_many_blob(bin_array(parts), block, timeout)
+
+    def _put_many_blob(self, blob: list[Any], block: bool, timeout: Optional[float]) -> None:
+        """The one put_many request, its items argument encoded (pack_items,
+        bin_array)."""
         t = 0.0 if not block else timeout
-        self._call_blocking("put_many", t, blob_key="items", blob=bin_array(parts), block=block, timeout=t)
+        self._call_blocking("put_many", t, blob_key="items", blob=blob, block=block, timeout=t)
 
     def get_many(self, max_items: int = 1 << 30, block: bool = True, timeout: Optional[float] = None) -> list[Any]:
         """Get at least one item (waiting as get does), then as many more as

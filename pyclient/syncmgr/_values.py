@@ -107,10 +107,6 @@ def dumps_many(objs: list[Any]) -> list[list[Any]]:
         p = msgpack.Packer(use_bin_type=True, strict_types=True)
     _local.packer = None
     try:
-        try:  # a batch of plain data, the usual case, in one comprehension
-            return [[TAG + p.pack(obj)] if type(obj) in _PLAIN_TYPES else dumps_parts(obj) for obj in objs]
-        except _NOT_PLAIN:  # an item that looked plain and is not: item by item
-            pass
         out: list[list[Any]] = []
         for obj in objs:
             if type(obj) in _PLAIN_TYPES:
