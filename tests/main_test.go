@@ -176,17 +176,19 @@ type daemon struct {
 // waits until it answers.
 func startDaemon(t *testing.T, flags ...string) *daemon {
 	t.Helper()
-	d := &daemon{t: t, sock: filepath.Join(shortDir(t), "d.sock"), key: newKey(t)}
-	d.start(flags...)
-	t.Cleanup(d.stop)
-	return d
+	return startDaemonBin(t, binPath, flags...)
 }
 
 // startPlainDaemon is startDaemon with the daemon built without the race
 // detector (plainBinPath).
 func startPlainDaemon(t *testing.T, flags ...string) *daemon {
 	t.Helper()
-	d := &daemon{t: t, sock: filepath.Join(shortDir(t), "d.sock"), key: newKey(t), bin: plainBinPath}
+	return startDaemonBin(t, plainBinPath, flags...)
+}
+
+func startDaemonBin(t *testing.T, bin string, flags ...string) *daemon {
+	t.Helper()
+	d := &daemon{t: t, sock: filepath.Join(shortDir(t), "d.sock"), key: newKey(t), bin: bin}
 	d.start(flags...)
 	t.Cleanup(d.stop)
 	return d
