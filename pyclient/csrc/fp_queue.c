@@ -293,12 +293,9 @@ static PyObject *ring_put_many(Ring *r, PyObject *const *args, Py_ssize_t nargs)
             res = RES_NONE;
             break;
         }
-        if (!wt.started)
-            wait_start(&wt, timeout);
-        uint32_t seen = register_wait(r, WAIT_PUT);
-        int sl = ring_sleep(r, seen, &wt);
+        int sl = ring_wait(r, WAIT_PUT, &wt, timeout);
         if (sl != 1)
-            res = sl < 0 ? -1 : sl == 0 ? RES_NONE : RES_DAEMON;
+            res = slept_result(sl, RES_NONE);
     }
     batch_bufs_release(&bb);
     PyMem_Free(bi);
@@ -351,12 +348,9 @@ static PyObject *get_core(Ring *r, double timeout, int decode, int *res) {
             latch_free(r, 0);
             return NULL;
         }
-        if (!wt.started)
-            wait_start(&wt, timeout);
-        uint32_t seen = register_wait(r, WAIT_GET);
-        int sl = ring_sleep(r, seen, &wt);
+        int sl = ring_wait(r, WAIT_GET, &wt, timeout);
         if (sl != 1) {
-            *res = sl < 0 ? -1 : sl == 0 ? RES_NONE : RES_DAEMON;
+            *res = slept_result(sl, RES_NONE);
             return NULL;
         }
     }
@@ -460,12 +454,9 @@ static PyObject *ring_get_many(Ring *r, PyObject *const *args, Py_ssize_t nargs)
             latch_free(r, 0);
             return result(res);
         }
-        if (!wt.started)
-            wait_start(&wt, timeout);
-        uint32_t seen = register_wait(r, WAIT_GET);
-        int s = ring_sleep(r, seen, &wt);
-        if (s != 1)
-            return result(s < 0 ? -1 : s == 0 ? RES_NONE : RES_DAEMON);
+        int sl = ring_wait(r, WAIT_GET, &wt, timeout);
+        if (sl != 1)
+            return result(slept_result(sl, RES_NONE));
     }
 }
 
@@ -535,12 +526,9 @@ static PyObject *ring_join(Ring *r, PyObject *const *args, Py_ssize_t nargs) {
             latch_free(r, 0);
             return result(RES_BUSY);
         }
-        if (!wt.started)
-            wait_start(&wt, timeout);
-        uint32_t seen = register_wait(r, WAIT_JOIN);
-        int sl = ring_sleep(r, seen, &wt);
+        int sl = ring_wait(r, WAIT_JOIN, &wt, timeout);
         if (sl != 1)
-            return result(sl < 0 ? -1 : sl == 0 ? RES_BUSY : RES_DAEMON);
+            return result(slept_result(sl, RES_BUSY));
     }
 }
 

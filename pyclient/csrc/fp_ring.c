@@ -213,7 +213,7 @@ void dec_floor(uint32_t *p) {
 /* Sleeps until seq moves from seen (or the deadline, or a slice passes),
  * counted as a waiter. Results as sleep_on's: 1 again, 0 deadline, 2
  * detached, -1 exception (a signal handler raised). */
-int ring_sleep(Ring *r, uint32_t seen, Wait *wt) {
+static int ring_sleep(Ring *r, uint32_t seen, Wait *wt) {
     double slice = SLEEP_SLICE;
     int expired = 0;
     if (!wt->forever) {
@@ -256,7 +256,7 @@ int ring_sleep(Ring *r, uint32_t seen, Wait *wt) {
 /* Registers as a waiter for op (WAIT_GET, WAIT_PUT) and reads seq, under
  * the latch; then lets go. The slot's entry records what for and since
  * when (for status) when its count leaves 0. */
-uint32_t register_wait(Ring *r, uint32_t op) {
+static uint32_t register_wait(Ring *r, uint32_t op) {
     __atomic_add_fetch(W32(r, R_WAITERS), 1, __ATOMIC_SEQ_CST);
     if (r->slot < RING_SLOTS) {
         unsigned char *e = r->base + R_SLOTS + 16 * r->slot;
@@ -273,11 +273,18 @@ uint32_t register_wait(Ring *r, uint32_t op) {
     return seen;
 }
 
-int wait_start(Wait *wt, double timeout) {
+static int wait_start(Wait *wt, double timeout) {
     wt->started = 1;
     wt->forever = timeout < 0;
     wt->deadline = wt->forever ? 0 : now_monotonic() + timeout;
     return 0;
+}
+
+int ring_wait(Ring *r, uint32_t op, Wait *wt, double timeout) {
+    if (!wt->started)
+        wait_start(wt, timeout);
+    uint32_t seen = register_wait(r, op);
+    return ring_sleep(r, seen, wt);
 }
 
 /* The common start of an op: latch taken, and no flag that sends the op to
@@ -334,12 +341,9 @@ int put_corev(Ring *r, const Part *parts, int nparts, uint64_t n, double timeout
             latch_free(r, 0);
             return RES_NONE;
         }
-        if (!wt.started)
-            wait_start(&wt, timeout);
-        uint32_t seen = register_wait(r, WAIT_PUT);
-        int sl = ring_sleep(r, seen, &wt);
+        int sl = ring_wait(r, WAIT_PUT, &wt, timeout);
         if (sl != 1)
-            return sl < 0 ? -1 : sl == 0 ? RES_NONE : RES_DAEMON;
+            return slept_result(sl, RES_NONE);
     }
 }
 

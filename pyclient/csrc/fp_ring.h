@@ -123,9 +123,16 @@ uint64_t ring_write2(Ring *r, uint64_t tail, const void *a, uint64_t na, const v
 uint64_t ring_write(Ring *r, uint64_t tail, const void *data, uint64_t n);
 int ring_peek(Ring *r, uint64_t h, const unsigned char **data, uint64_t *n, uint64_t *next);
 void dec_floor(uint32_t *p);
-int ring_sleep(Ring *r, uint32_t seen, Wait *wt);
-uint32_t register_wait(Ring *r, uint32_t op);
-int wait_start(Wait *wt, double timeout);
+/* Waits once for the ring to change, as a waiter for op (WAIT_GET,
+ * WAIT_PUT, WAIT_JOIN): registers under the latch, lets go of it and
+ * sleeps on seq, the wait's deadline set at the first call. 1: look again;
+ * otherwise slept_result gives the op's answer. */
+int ring_wait(Ring *r, uint32_t op, Wait *wt, double timeout);
+/* An op's result for a ring_wait other than 1: -1 an exception, expired
+ * (the op's answer at its deadline), RES_DAEMON when detached. */
+static inline int slept_result(int sl, int expired) {
+    return sl < 0 ? -1 : sl == 0 ? expired : RES_DAEMON;
+}
 int op_begin_for(Ring *r, int get, int *over);
 int op_begin(Ring *r);
 int put_corev(Ring *r, const Part *parts, int nparts, uint64_t n, double timeout);
