@@ -313,7 +313,7 @@ def test_a_late_node_gets_its_daemon_on_first_local_and_a_left_node_is_named(rc)
 class _AsyncTaker:
     """A Ray async actor: awaits syncmgr ops on its event loop."""
 
-    async def take(self, here_q, there_q, there_lock):
+    async def take(self, here_q, there_q, there_lock, waiting):
         from syncmgr import _fast
 
         got_here = await here_q.aio.get(timeout=30)  # its own node's daemon: the fast path
@@ -323,6 +323,8 @@ class _AsyncTaker:
         await asyncio.sleep(0.2)
         cancelled = waits.pop()
         cancelled.cancel()
+        await asyncio.gather(cancelled, return_exceptions=True)  # settled on the daemon
+        waiting.set()  # only now are the items put: the cancelled get can have taken none
         return {"here": got_here, "there": got_there, "fast_here": _fast.active(here_q) == _fast.enabled_by_env(),
                 "dial_there": there_q._client.dial, "rest": await asyncio.gather(*waits)}
 
@@ -335,9 +337,10 @@ def test_an_async_actor_awaits_on_its_node_and_over_tls(rc):
         made = {nid: ray.get(_pinned(_on_node_make, nid).remote(cluster, f"aq-{nid[:8]}"), timeout=120)
                 for nid in (a, b)}
         there_lock = cluster.on(a).Lock(name=f"aq-{a[:8]}-lock")
+        waiting = cluster.on(a).Event()
         actor = _pinned(_AsyncTaker, b).remote()
-        job = actor.take.remote(made[b]["q"], made[a]["q"], there_lock)
-        time.sleep(1.0)
+        job = actor.take.remote(made[b]["q"], made[a]["q"], there_lock, waiting)
+        assert waiting.wait(120), "the actor did not start its gets"
         feeder = cluster.on(a).Queue(name=f"aq-{a[:8]}")
         for i in range(49):
             feeder.put(i)
