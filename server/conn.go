@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -44,7 +45,8 @@ type conn struct {
 	// only once half of WriteTimeout has gone, not with a timer change
 	// per reply.
 	wdl time.Time
-	raw *rawIO // plain sockets: reads and writes by raw system calls (rawio.go); nil for TLS
+	raw *rawIO    // plain sockets served by their own goroutine: reads and writes by raw system calls (rawio.go)
+	lp  *loopConn // plain sockets served by an event loop (evloop.go), set before the connection is tracked
 
 	pmu      sync.Mutex
 	parked   map[uint64]*parkedReq
@@ -103,7 +105,11 @@ func result(err error) string {
 func (c *conn) close() {
 	c.closeOnce.Do(func() {
 		c.cancel()
-		c.nc.Close()
+		if c.lp != nil {
+			c.lp.shut()
+		} else {
+			c.nc.Close()
+		}
 	})
 }
 
@@ -136,7 +142,11 @@ func (c *conn) serve() {
 		return
 	}
 	c.sess = sess
+	inLoop := c.adopt()
 	if !c.srv.track(c, true) {
+		if inLoop {
+			c.lp.abandon()
+		}
 		c.srv.mgr.CloseSession(sess)
 		return
 	}
@@ -152,7 +162,11 @@ func (c *conn) serve() {
 		c.srv.track(c, false)
 		c.log.Debug().Uint64("session", sess.ID).Msg("client disconnected")
 	}()
-	c.loop()
+	if inLoop {
+		c.serveInLoop()
+	} else {
+		c.loop()
+	}
 }
 
 func (c *conn) handshake() (*auth.Peer, error) {
@@ -288,25 +302,29 @@ func (c *conn) loop() {
 		if err == nil {
 			body, err = wire.ReadBodyAsItArrives(br, n)
 		}
+		if err == nil {
+			err = c.execute(body)
+		}
 		if err != nil {
-			switch {
-			case errors.Is(err, wire.ErrEmptyFrame), errors.Is(err, wire.ErrMalformed):
-				c.log.Warn().Err(err).Msg("bad frame; closing")
-				c.writeReply(0, &wire.Error{Code: wire.CodeBadRequest, Message: err.Error()}, nil)
-			case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed), c.ctx.Err() != nil:
-			default:
-				c.log.Debug().Err(err).Msg("read failed")
+			if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+				c.readFailed(err)
 			}
 			return
 		}
-		req, err := wire.DecodeRequest(body)
-		if err != nil {
-			c.log.Warn().Err(err).Msg("malformed request; closing")
-			c.writeReply(0, &wire.Error{Code: wire.CodeBadRequest, Message: err.Error()}, nil)
-			return
-		}
-		c.dispatch(&req)
 	}
+}
+
+// execute decodes one request and runs it. A request that cannot be
+// decoded is answered bad_request, and ends the connection (errBadRequest).
+func (c *conn) execute(body []byte) error {
+	req, err := wire.DecodeRequest(body)
+	if err != nil {
+		c.log.Warn().Err(err).Msg("malformed request; closing")
+		c.writeReply(0, &wire.Error{Code: wire.CodeBadRequest, Message: err.Error()}, nil)
+		return errBadRequest
+	}
+	c.dispatch(&req)
+	return nil
 }
 
 // skipOversized answers a frame of n bytes, over the limit, with too_large
@@ -319,6 +337,16 @@ func (c *conn) skipOversized(br *bufio.Reader, n uint32) error {
 	if _, err := io.ReadFull(br, head); err != nil {
 		return err
 	}
+	if err := c.answerOversized(n, head); err != nil {
+		return err
+	}
+	_, err := io.CopyN(io.Discard, br, int64(n)-int64(len(head)))
+	return err
+}
+
+// answerOversized answers a frame of n bytes, over the limit, whose first
+// bytes are head.
+func (c *conn) answerOversized(n uint32, head []byte) error {
 	msg := fmt.Sprintf("request of %d bytes is over the server's limit of %d (--max-frame)", n, c.srv.cfg.MaxFrame)
 	id, err := wire.PeekRequestID(head)
 	if err != nil {
@@ -327,12 +355,9 @@ func (c *conn) skipOversized(br *bufio.Reader, n uint32) error {
 	}
 	c.log.Debug().Uint32("size", n).Uint64("id", id).Msg("oversized request skipped")
 	if id != 0 {
-		if err := c.writeReply(id, &wire.Error{Code: wire.CodeTooLarge, Message: msg}, nil); err != nil {
-			return err
-		}
+		return c.writeReply(id, &wire.Error{Code: wire.CodeTooLarge, Message: msg}, nil)
 	}
-	_, err = io.CopyN(io.Discard, br, int64(n)-int64(len(head)))
-	return err
+	return nil
 }
 
 func (c *conn) dispatch(req *wire.Request) {
@@ -368,7 +393,7 @@ func (c *conn) dispatch(req *wire.Request) {
 		c.reply(req.ID, nil, err)
 		c.srv.cfg.Metrics.Op(c.cur.kind, c.cur.op, result(err))
 	default:
-		c.srv.cfg.Metrics.Op(c.cur.kind, c.cur.op, c.deliver(req.ID, res, g))
+		c.deliver(req.ID, res, g, c.cur)
 	}
 }
 
@@ -376,18 +401,28 @@ func (c *conn) dispatch(req *wire.Request) {
 // undoes the grant when nobody is left to receive the reply or it could not
 // be written. This is the only place the socket transport commits or undoes
 // a grant: no handler writes an undo of its own.
-// It returns the outcome for metrics: "ok" or "undone".
-func (c *conn) deliver(id uint64, res any, g manager.Grant) string {
-	if id == 0 { // the client asked for no reply: the effect stands
-		g.Commit()
-		return "ok"
+// A reply that waits in an event loop's output queue (evloop.go) keeps its
+// grant until it is written. The outcome is counted for metrics under
+// label: "ok" or "undone".
+func (c *conn) deliver(id uint64, res any, g manager.Grant, label opLabel) {
+	m := c.srv.cfg.Metrics
+	settle := func(written bool) {
+		if written {
+			g.Commit()
+			m.Op(label.kind, label.op, "ok")
+		} else {
+			g.Undo()
+			m.Op(label.kind, label.op, "undone")
+		}
 	}
-	if c.ctx.Err() != nil || c.writeReply(id, nil, res) != nil {
-		g.Undo()
-		return "undone"
+	switch {
+	case id == 0: // the client asked for no reply: the effect stands
+		settle(true)
+	case c.ctx.Err() != nil:
+		settle(false)
+	default:
+		_ = c.writeReplyThen(id, nil, res, settle)
 	}
-	g.Commit()
-	return "ok"
 }
 
 // reply answers request id; it fails when the reply could not be written.
@@ -416,11 +451,25 @@ const largeReply = 32 << 10
 // writeReply writes one reply frame. A failed write closes the connection:
 // the stream cannot be trusted after a partial frame.
 func (c *conn) writeReply(id uint64, we *wire.Error, res any) error {
+	return c.writeReplyThen(id, we, res, nil)
+}
+
+// writeReplyThen writes one reply frame and tells done (when not nil)
+// whether it reached the socket; see write.
+func (c *conn) writeReplyThen(id uint64, we *wire.Error, res any, done func(bool)) error {
 	if fr, ok := res.(fdReply); ok {
-		if we != nil {
-			return c.writeReply(id, we, nil)
+		if we == nil && c.transport != metrics.TransportUnix {
+			we = &wire.Error{Code: wire.CodeUnknownOp, Message: "descriptors pass only over a Unix socket"}
 		}
-		return c.writeFDReply(id, fr)
+		if we != nil {
+			return c.writeReplyThen(id, we, nil, done)
+		}
+		frame, err := wire.EncodeReply(id, nil, fr.res)
+		if err != nil {
+			c.log.Error().Err(err).Msg("encode reply")
+			return c.writeReplyThen(id, &wire.Error{Code: wire.CodeInternal, Message: "cannot encode reply"}, nil, done)
+		}
+		return c.write(net.Buffers{frame}, fr.fd, done)
 	}
 	var bufs net.Buffers
 	if we == nil {
@@ -447,20 +496,38 @@ func (c *conn) writeReply(id uint64, we *wire.Error, res any) error {
 		}
 		bufs = net.Buffers{frame}
 	}
+	return c.write(bufs, -1, done)
+}
+
+// write writes one reply's bytes, passing the descriptor fd (when >= 0,
+// over a Unix socket only) with its first byte, and tells done (when not
+// nil) whether they reached the socket. A connection served by its own
+// goroutine writes before it returns (a failed write, or one not done
+// within WriteTimeout, closes the connection); one in an event loop may
+// queue the bytes behind its socket and tell done later (evloop.go).
+func (c *conn) write(bufs net.Buffers, fd int, done func(bool)) error {
+	if c.lp != nil {
+		return c.lp.send(c, bufs, fd, done)
+	}
 	c.wmu.Lock()
-	defer c.wmu.Unlock()
 	c.refreshWriteDeadline()
 	var err error
-	if c.raw != nil {
+	switch {
+	case fd >= 0:
+		err = c.writeWithFD(bufs, fd)
+	case c.raw != nil:
 		err = c.raw.writeBuffers(bufs)
-	} else {
+	default:
 		_, err = bufs.WriteTo(c.nc)
 	}
 	if err != nil {
 		c.close()
-		return err
 	}
-	return nil
+	c.wmu.Unlock()
+	if done != nil {
+		done(err == nil)
+	}
+	return err
 }
 
 func binsSize(items [][]byte) (n int) {
@@ -482,31 +549,20 @@ func (c *conn) refreshWriteDeadline() {
 	_ = c.nc.SetWriteDeadline(c.wdl)
 }
 
-// writeFDReply writes one reply frame with fr.fd attached (SCM_RIGHTS):
-// the kernel delivers the descriptor with the frame's first bytes, to a
-// client reading them with recvmsg. Only on a Unix socket.
-func (c *conn) writeFDReply(id uint64, fr fdReply) error {
+// writeWithFD writes bufs with fd attached (SCM_RIGHTS), under wmu: the
+// kernel delivers the descriptor with the first bytes, to a client reading
+// them with recvmsg. Only on a Unix socket.
+func (c *conn) writeWithFD(bufs net.Buffers, fd int) error {
 	uc, ok := c.nc.(*net.UnixConn)
 	if !ok {
-		return c.writeReply(id, &wire.Error{Code: wire.CodeUnknownOp, Message: "descriptors pass only over a Unix socket"}, nil)
+		return errors.New("descriptors pass only over a Unix socket")
 	}
-	frame, err := wire.EncodeReply(id, nil, fr.res)
-	if err != nil {
-		c.log.Error().Err(err).Msg("encode reply")
-		return c.writeReply(id, &wire.Error{Code: wire.CodeInternal, Message: "cannot encode reply"}, nil)
-	}
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	c.refreshWriteDeadline()
-	n, _, err := uc.WriteMsgUnix(frame, unix.UnixRights(fr.fd), nil)
+	frame := bytes.Join(bufs, nil)
+	n, _, err := uc.WriteMsgUnix(frame, unix.UnixRights(fd), nil)
 	if err == nil && n < len(frame) {
 		_, err = c.nc.Write(frame[n:]) // the descriptor went with the first bytes
 	}
-	if err != nil {
-		c.close()
-		return err
-	}
-	return nil
+	return err
 }
 
 // park runs wait in a goroutine of its own and delivers its result when it
@@ -553,7 +609,7 @@ func (c *conn) park(id uint64, wait waitFunc) error {
 			c.srv.cfg.Metrics.Op(label.kind, label.op, result(err))
 			return
 		}
-		c.srv.cfg.Metrics.Op(label.kind, label.op, c.deliver(id, res, g))
+		c.deliver(id, res, g, label)
 	}()
 	return errParked
 }
@@ -589,6 +645,10 @@ var shutdownNotice = &wire.Error{Code: wire.CodeShutdown, Message: "the syncmgr 
 func (c *conn) notifyShutdown() {
 	frame, err := wire.EncodeReply(0, shutdownNotice, nil)
 	if err != nil {
+		return
+	}
+	if c.lp != nil { // queued behind what the socket has not taken, if need be
+		_ = c.lp.send(c, net.Buffers{frame}, -1, nil)
 		return
 	}
 	c.wmu.Lock()

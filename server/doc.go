@@ -15,13 +15,20 @@
 // manager's Grant with its reply. errors.go is the one place Go errors
 // become wire codes.
 //
-// Each connection has one goroutine that reads and executes requests in
-// order. A request that has to wait is parked in a goroutine of its own with
-// a context derived from the connection's. Whether it replies at once or
-// later, a granting op's reply goes through conn.deliver, which commits the
-// grant once the reply is written and undoes it when the connection is gone
-// or the write fails (or the write deadline passes): no handler writes an
-// undo. When the connection ends, its context is cancelled, every parked
+// After its handshake, a plain (Unix or TCP) connection is served by one of
+// the server's event loops (evloop.go): a goroutine with an epoll set of its
+// own that reads, executes and answers the requests of every ready
+// connection, one connection's requests in order. A TLS connection, or any
+// connection when Config.EventLoops is negative, is served by a goroutine of
+// its own that does the same for it alone (conn.loop). Either way, a request
+// that has to wait is parked in a goroutine of its own with a context
+// derived from the connection's. Whether it replies at once or later, a
+// granting op's reply goes through conn.deliver, which commits the grant
+// once the reply is in the socket and undoes it when the connection is gone
+// or the write fails (or its output stalls for the write timeout): no
+// handler writes an undo. In a loop, a reply the socket cannot take at once
+// waits in the connection's output queue with its grant, and the loop stops
+// reading a connection with a megabyte of replies waiting. When the connection ends, its context is cancelled, every parked
 // request is finished, and only then is the connection's session closed, so
 // a dead client never takes a lock or a queue item. Clean-up owed when a
 // session ends is registered with Session.OnEnd, not watched from here.

@@ -2,6 +2,7 @@ package server
 
 import (
 	"github.com/syncmgr/syncmgr/manager"
+	"github.com/syncmgr/syncmgr/metrics"
 	"github.com/syncmgr/syncmgr/statemem"
 	"github.com/syncmgr/syncmgr/wire"
 )
@@ -68,7 +69,7 @@ func (c *conn) fastpathAllowed() error {
 	if c.srv.mgr.FastSegment() == nil {
 		return wire.Errorf(wire.CodeUnknownOp, "the fast path is disabled on this server")
 	}
-	if c.nc.LocalAddr().Network() != "unix" {
+	if c.transport != metrics.TransportUnix {
 		return wire.Errorf(wire.CodeUnknownOp, "the fast path is only for Unix-socket clients")
 	}
 	if !c.sameUser {

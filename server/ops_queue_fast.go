@@ -1,13 +1,11 @@
 package server
 
 import (
-	"fmt"
 	"net"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/syncmgr/syncmgr/manager"
+	"github.com/syncmgr/syncmgr/metrics"
 	"github.com/syncmgr/syncmgr/statemem"
 	"github.com/syncmgr/syncmgr/wire"
 )
@@ -43,8 +41,7 @@ func opQueueAttach(c *conn, id uint64, a wire.Args) (any, manager.Grant, error) 
 	if slot == 0 || slot >= statemem.RingSlots {
 		return nil, manager.Grant{}, wire.Errorf(wire.CodeUnknownOp, "the queue fast path is not available to this session")
 	}
-	uc, ok := c.nc.(*net.UnixConn)
-	if !ok || id == 0 {
+	if c.transport != metrics.TransportUnix || id == 0 {
 		return nil, manager.Grant{}, wire.Errorf(wire.CodeUnknownOp, "the queue fast path is only for Unix-socket clients")
 	}
 	q.RingPassed(slot) // before the reply: the client may change the ring as soon as it has it
@@ -54,19 +51,7 @@ func opQueueAttach(c *conn, id uint64, a wire.Args) (any, manager.Grant, error) 
 	if err != nil {
 		return nil, manager.Grant{}, err
 	}
-	err = r.WithFD(func(fd int) error {
-		c.wmu.Lock()
-		defer c.wmu.Unlock()
-		_ = c.nc.SetWriteDeadline(time.Now().Add(c.srv.cfg.WriteTimeout))
-		n, _, err := uc.WriteMsgUnix(frame, unix.UnixRights(fd), nil)
-		if err == nil && n != len(frame) {
-			err = fmt.Errorf("short write of %d bytes", n)
-		}
-		if err != nil {
-			c.close()
-		}
-		return err
-	})
+	err = r.WithFD(func(fd int) error { return c.write(net.Buffers{frame}, fd, nil) })
 	if err == statemem.ErrRingClosed {
 		return nil, manager.Grant{}, wire.Errorf(wire.CodeUnknownOp, "queue %q is not on the fast path", q.Name())
 	}

@@ -75,38 +75,11 @@ func (r *rawIO) Read(p []byte) (int, error) {
 // writeBuffers writes every byte of bufs (one writev while the socket
 // takes it all, as a net.Buffers write does).
 func (r *rawIO) writeBuffers(bufs [][]byte) error {
-	var iov [8]unix.Iovec
 	var errno syscall.Errno
 	err := r.rc.Write(func(fd uintptr) bool {
-		for len(bufs) > 0 {
-			k := 0
-			for _, b := range bufs {
-				if k == len(iov) {
-					break
-				}
-				if len(b) > 0 {
-					iov[k].Base = &b[0]
-					iov[k].SetLen(len(b))
-					k++
-				}
-			}
-			if k == 0 {
-				return true
-			}
-			r1, _, e := unix.RawSyscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&iov[0])), uintptr(k))
-			switch e {
-			case 0:
-			case unix.EINTR:
-				continue
-			case unix.EAGAIN:
-				return false // the socket's buffer is full: wait until it drains
-			default:
-				errno = e
-				return true
-			}
-			consume(&bufs, int(r1))
-		}
-		return true
+		var again bool
+		_, again, errno = writevNB(fd, &bufs)
+		return !again // the socket's buffer is full: wait until it drains
 	})
 	if err != nil {
 		return err
@@ -115,6 +88,43 @@ func (r *rawIO) writeBuffers(bufs [][]byte) error {
 		return os.NewSyscallError("writev", errno)
 	}
 	return nil
+}
+
+// writevNB writes bufs to the non-blocking descriptor fd, dropping what was
+// written from them, until all is written, the socket would block (again)
+// or a write fails (errno). It returns the bytes written.
+func writevNB(fd uintptr, bufs *[][]byte) (n int, again bool, errno syscall.Errno) {
+	var iov [8]unix.Iovec
+	for len(*bufs) > 0 {
+		k := 0
+		for _, b := range *bufs {
+			if k == len(iov) {
+				break
+			}
+			if len(b) > 0 {
+				iov[k].Base = &b[0]
+				iov[k].SetLen(len(b))
+				k++
+			}
+		}
+		if k == 0 {
+			*bufs = nil
+			return n, false, 0
+		}
+		r1, _, e := unix.RawSyscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&iov[0])), uintptr(k))
+		switch e {
+		case 0:
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return n, true, 0
+		default:
+			return n, false, e
+		}
+		n += int(r1)
+		consume(bufs, int(r1))
+	}
+	return n, false, 0
 }
 
 // consume drops the first n written bytes from bufs.

@@ -48,6 +48,12 @@ type Config struct {
 	Shm                *shmregistry.Registry // shared-memory segments; nil disables the shm ops
 	Logger             zerolog.Logger
 	Metrics            *metrics.Metrics // counters to update; nil records nothing
+
+	// EventLoops is how many event loops serve plain (Unix and TCP, not
+	// TLS) connections after their handshake (evloop.go): 0 for the
+	// default, half of GOMAXPROCS and at least one; negative for none, each
+	// connection then served by a goroutine of its own.
+	EventLoops int
 }
 
 // Server serves a manager over any number of listeners.
@@ -76,6 +82,9 @@ type Server struct {
 	closing  atomic.Bool
 
 	shmWatched sync.Map // session id -> struct{}: sessions whose attachments are forgotten when they end
+
+	loopsOnce sync.Once
+	loops     []*evLoop // started on first use; see evloop.go
 }
 
 // New returns a server for mgr.
@@ -249,8 +258,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	go func() { s.wg.Wait(); close(done) }()
 	select {
 	case <-done:
+		s.stopLoops()
 		return nil
 	case <-ctx.Done():
+		s.stopLoops() // ends the connections still in a loop
 		return fmt.Errorf("shutdown: %w", ctx.Err())
 	}
 }

@@ -1,0 +1,700 @@
+package server
+
+import (
+	"encoding/binary"
+	"errors"
+	"net"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/syncmgr/syncmgr/wire"
+)
+
+// An event loop serves the plain (Unix and TCP, not TLS) connections given
+// to it after their handshake: one goroutine waits in its own epoll set and
+// reads, executes and answers the requests of every connection that is
+// ready, with no hand-off between threads on the way. With a goroutine per
+// connection each request cost a wake-up of the runtime's poller thread and
+// a switch to the connection's goroutine; here one epoll_wait serves every
+// connection that became ready meanwhile, and while requests keep coming
+// the loop looks for the next ones without sleeping (a poll with no
+// timeout, a system call the runtime does not track).
+//
+// What a connection is promised does not change:
+//   - its requests are read and executed one at a time, in order, by one
+//     goroutine (the loop's);
+//   - a request that waits is parked in a goroutine of its own, as before
+//     (conn.park), and writes its reply itself;
+//   - a granting op's grant is committed once its reply is in the socket,
+//     and undone when the connection ends first. A reply the socket cannot
+//     take at once waits in the connection's output queue with its grant;
+//     the loop writes it when the socket drains (EPOLLOUT) and commits the
+//     grant then, or undoes it when the connection ends first;
+//   - a client that stops reading stops being read (its requests stay in
+//     its socket) once outLimit bytes of replies wait for it, and is closed
+//     when its output has made no progress for WriteTimeout.
+//
+// Who owns the descriptor: the loop is its only reader; writers hold
+// conn.wmu and check closed; the loop sets closed (under wmu) when it lets
+// go of the connection, and the connection's serve goroutine closes the
+// descriptor after that, so a number the kernel hands out again is never
+// read or written by mistake. conn.close only shuts the socket down, which
+// the loop sees as the end of the stream.
+type evLoop struct {
+	srv    *Server
+	epfd   int
+	wakefd int // an eventfd: stop
+	stop   atomic.Bool
+	done   chan struct{}
+	load   atomic.Int64 // connections served, for placing new ones
+
+	mu    sync.Mutex
+	conns map[int32]*conn // by descriptor
+
+	events [128]unix.EpollEvent
+	idle   bool // the last raw wait ended with nothing ready: wait as idle
+	// raw: the loop may wait by a raw system call, holding its P. Only
+	// when the runtime has more Ps than there are loops: with none to
+	// spare, everything else would wait for the loop's next event.
+	raw  bool
+	rbuf []byte // reads land here, then go to the frames they belong to
+}
+
+// outLimit is how many reply bytes may wait for one connection before the
+// loop stops reading its requests.
+const outLimit = 1 << 20
+
+// directRead is the part of a large frame still to come from which the
+// loop reads straight into the frame's body instead of through rbuf.
+const directRead = 32 << 10
+
+// loopConn is a connection's state in its event loop.
+type loopConn struct {
+	loop *evLoop
+	fd   int
+	// ended is closed when the loop has let go of the connection.
+	ended chan struct{}
+
+	// The frame being read (the loop's goroutine only).
+	hdr  [wire.HeaderSize]byte
+	hn   int    // header bytes read
+	n    uint32 // its body's length; 0 while reading a header
+	body []byte
+	got  int
+	over bool  // n is over --max-frame: body holds the bytes its request id is in
+	skip int64 // bytes of an oversized frame still to discard
+
+	// Output (under conn.wmu).
+	closed   bool // the loop let go: nothing more is written
+	out      []outChunk
+	outBytes int
+	interest uint32
+	progress time.Time // the last write that moved output on
+	stall    *time.Timer
+
+	fmu      sync.Mutex // orders shutdown(2) before close(2)
+	fdClosed bool
+}
+
+// outChunk is a reply waiting in a connection's output queue.
+type outChunk struct {
+	bufs [][]byte
+	fd   int        // a descriptor to pass with the first byte, or -1; owned by the chunk
+	done func(bool) // told whether the reply reached the socket; may be nil
+}
+
+// eventLoops starts the server's event loops on first use.
+func (s *Server) eventLoops() []*evLoop {
+	s.loopsOnce.Do(func() {
+		n := s.cfg.EventLoops
+		if n == 0 {
+			n = max(1, runtime.GOMAXPROCS(0)/2)
+		}
+		raw := runtime.GOMAXPROCS(0) > n
+		for range n {
+			l, err := newEvLoop(s)
+			if err != nil {
+				s.log.Warn().Err(err).Msg("no event loop: serving each connection in a goroutine of its own")
+				break
+			}
+			l.raw = raw
+			s.loops = append(s.loops, l)
+			go l.run()
+		}
+	})
+	return s.loops
+}
+
+// stopLoops stops the event loops; connections still in one are ended.
+func (s *Server) stopLoops() {
+	s.loopsOnce.Do(func() {}) // none start after this
+	for _, l := range s.loops {
+		l.stop.Store(true)
+		var one [8]byte
+		binary.NativeEndian.PutUint64(one[:], 1)
+		_, _ = unix.Write(l.wakefd, one[:])
+		<-l.done
+	}
+}
+
+func newEvLoop(s *Server) (*evLoop, error) {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, os.NewSyscallError("epoll_create1", err)
+	}
+	wakefd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		unix.Close(epfd)
+		return nil, os.NewSyscallError("eventfd", err)
+	}
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wakefd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(wakefd)}); err != nil {
+		unix.Close(epfd)
+		unix.Close(wakefd)
+		return nil, os.NewSyscallError("epoll_ctl", err)
+	}
+	return &evLoop{srv: s, epfd: epfd, wakefd: wakefd, done: make(chan struct{}), conns: make(map[int32]*conn),
+		rbuf: make([]byte, 64<<10)}, nil
+}
+
+// adopt moves c, a plain connection past its handshake, out of the
+// runtime's poller and into the least loaded event loop. It reports false
+// (c unchanged) when there is none or c is not a plain socket.
+func (c *conn) adopt() bool {
+	if c.srv.cfg.EventLoops < 0 {
+		return false
+	}
+	switch c.nc.(type) {
+	case *net.UnixConn, *net.TCPConn:
+	default:
+		return false
+	}
+	loops := c.srv.eventLoops()
+	if len(loops) == 0 {
+		return false
+	}
+	l := loops[0]
+	for _, o := range loops[1:] {
+		if o.load.Load() < l.load.Load() {
+			l = o
+		}
+	}
+	rc, err := c.nc.(syscall.Conn).SyscallConn()
+	if err != nil {
+		return false
+	}
+	fd := -1
+	if err := rc.Control(func(s uintptr) { fd, err = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 0) }); err != nil || fd < 0 {
+		return false
+	}
+	// The copy shares the original's non-blocking open file; closing the
+	// original takes it out of the runtime's poller.
+	c.nc.Close()
+	l.load.Add(1)
+	c.lp = &loopConn{loop: l, fd: fd, ended: make(chan struct{})}
+	return true
+}
+
+// serveInLoop hands c to its loop and waits until the loop lets go of it,
+// then closes its descriptor.
+func (c *conn) serveInLoop() {
+	lp := c.lp
+	l := lp.loop
+	l.mu.Lock()
+	l.conns[int32(lp.fd)] = c
+	l.mu.Unlock()
+	c.wmu.Lock()
+	lp.interest = unix.EPOLLIN | unix.EPOLLRDHUP
+	err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, lp.fd, &unix.EpollEvent{Events: lp.interest, Fd: int32(lp.fd)})
+	c.wmu.Unlock()
+	if err != nil {
+		c.log.Warn().Err(err).Msg("epoll_ctl add")
+		l.mu.Lock()
+		delete(l.conns, int32(lp.fd))
+		l.mu.Unlock()
+		c.lp.letGo(c)
+	}
+	<-lp.ended
+	l.load.Add(-1)
+	c.wmu.Lock()
+	lp.fmu.Lock()
+	lp.fdClosed = true
+	unix.Close(lp.fd)
+	lp.fmu.Unlock()
+	c.wmu.Unlock()
+}
+
+// abandon closes the descriptor of a connection adopted but never served.
+func (lp *loopConn) abandon() {
+	lp.loop.load.Add(-1)
+	lp.fmu.Lock()
+	lp.fdClosed = true
+	unix.Close(lp.fd)
+	lp.fmu.Unlock()
+}
+
+// shut shuts the socket down (both ways), which the loop reads as the end
+// of the stream and ends the connection on.
+func (lp *loopConn) shut() {
+	lp.fmu.Lock()
+	if !lp.fdClosed {
+		_ = unix.Shutdown(lp.fd, unix.SHUT_RDWR)
+	}
+	lp.fmu.Unlock()
+}
+
+func (l *evLoop) run() {
+	defer close(l.done)
+	for {
+		n, err := l.wait()
+		if err != nil {
+			l.srv.log.Error().Err(err).Msg("epoll_wait")
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		for i := range n {
+			ev := l.events[i]
+			if int(ev.Fd) == l.wakefd {
+				if l.stop.Load() {
+					l.endAll()
+					return
+				}
+				continue
+			}
+			l.mu.Lock()
+			c := l.conns[ev.Fd]
+			l.mu.Unlock()
+			if c == nil {
+				continue
+			}
+			if ev.Events&unix.EPOLLOUT != 0 && !l.flush(c) {
+				continue
+			}
+			if ev.Events&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+				l.readable(c)
+			}
+		}
+	}
+}
+
+// wait returns the number of ready events. While requests keep coming it
+// waits by a raw system call: the loop keeps its thread and its P, and the
+// runtime neither hands the P on nor wakes its monitor thread, a context
+// switch each. The raw wait has no timeout (a timer armed and cancelled
+// per wait cost more than the rest of a short request's wait). The runtime
+// interrupts it (EINTR) with the signal it preempts a goroutine with, sent
+// when the loop has had its P for 10 ms and when the world is stopped, so a
+// collection waits for the loop no longer than for any other goroutine.
+// After such an interruption the loop counts as idle and waits once in a
+// call the runtime knows may block, its P free for others meanwhile.
+func (l *evLoop) wait() (int, error) {
+	if !l.idle && l.raw {
+		r1, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(l.epfd), uintptr(unsafe.Pointer(&l.events[0])),
+			uintptr(len(l.events)), uintptr(rawWaitMS), 0, 0)
+		switch {
+		case e == 0 && r1 > 0:
+			return int(r1), nil
+		case e == 0 || e == unix.EINTR:
+			l.idle = true
+			return 0, nil
+		default:
+			return 0, os.NewSyscallError("epoll_pwait", e)
+		}
+	}
+	for {
+		n, err := unix.EpollWait(l.epfd, l.events[:], -1)
+		if err == unix.EINTR {
+			continue
+		}
+		l.idle = false
+		return n, err
+	}
+}
+
+// rawWaitMS is the raw wait's timeout: none (-1), unless the runtime's
+// asynchronous preemption is turned off (GODEBUG=asyncpreemptoff=1), when
+// no signal would end the wait of an idle loop and 10 ms bounds how long
+// a stop of the world can wait for it.
+var rawWaitMS = func() int {
+	if strings.Contains(os.Getenv("GODEBUG"), "asyncpreemptoff=1") {
+		return 10
+	}
+	return -1
+}()
+
+// endAll ends every connection still in the loop (the server is stopping).
+func (l *evLoop) endAll() {
+	l.mu.Lock()
+	cs := make([]*conn, 0, len(l.conns))
+	for _, c := range l.conns {
+		cs = append(cs, c)
+	}
+	l.mu.Unlock()
+	for _, c := range cs {
+		l.end(c)
+	}
+}
+
+// end takes c out of the loop: its output is dropped (each waiting reply's
+// grant undone), it is closed, and its serve goroutine is let go on.
+func (l *evLoop) end(c *conn) {
+	lp := c.lp
+	l.mu.Lock()
+	if l.conns[int32(lp.fd)] != c {
+		l.mu.Unlock()
+		return
+	}
+	delete(l.conns, int32(lp.fd))
+	l.mu.Unlock()
+	_ = unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, lp.fd, nil)
+	lp.letGo(c)
+}
+
+// letGo marks lp closed, fails its waiting output and lets its serve
+// goroutine go on.
+func (lp *loopConn) letGo(c *conn) {
+	c.wmu.Lock()
+	lp.closed = true
+	out := lp.out
+	lp.out, lp.outBytes = nil, 0
+	if lp.stall != nil {
+		lp.stall.Stop()
+	}
+	c.wmu.Unlock()
+	// Latest first: each undone get puts its item back at the head of its
+	// queue, so the earliest must go back last.
+	for i := len(out) - 1; i >= 0; i-- {
+		out[i].release(false)
+	}
+	c.close()
+	close(lp.ended)
+}
+
+func (ch *outChunk) release(ok bool) {
+	if ch.fd >= 0 {
+		unix.Close(ch.fd)
+		ch.fd = -1
+	}
+	if ch.done != nil {
+		ch.done(ok)
+	}
+}
+
+// readable reads what c has sent, once (a connection with more to read is
+// reported again: every ready connection gets its turn), and executes the
+// requests completed by it.
+func (l *evLoop) readable(c *conn) {
+	lp := c.lp
+	if c.ctx.Err() != nil {
+		l.end(c)
+		return
+	}
+	buf := l.rbuf
+	direct := lp.n > 0 && !lp.over && int(lp.n)-lp.got >= directRead
+	if direct {
+		lp.grow()
+		buf = lp.body[lp.got:]
+	}
+	r1, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(lp.fd), uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)))
+	switch {
+	case e == unix.EAGAIN || e == unix.EINTR:
+		return
+	case e != 0:
+		c.log.Debug().Err(e).Msg("read failed")
+		l.end(c)
+		return
+	case r1 == 0:
+		l.end(c)
+		return
+	}
+	if direct {
+		lp.got += int(r1)
+		if lp.got == int(lp.n) {
+			err := c.frameDone()
+			if err == nil {
+				return
+			}
+			c.readFailed(err)
+			l.end(c)
+		}
+		return
+	}
+	if err := c.feed(buf[:r1]); err != nil {
+		c.readFailed(err)
+		l.end(c)
+	}
+}
+
+// grow makes room in lp.body for the next bytes of its frame: the body
+// grows as it arrives (see wire.ReadBodyAsItArrives), so that a peer that
+// announces a large frame and sends nothing costs nothing.
+func (lp *loopConn) grow() {
+	if lp.got < len(lp.body) {
+		return
+	}
+	size := int(lp.n)
+	if lp.over {
+		size = min(size, wire.MaxIDPrefix)
+	}
+	next := size
+	if lp.body == nil {
+		if next > 1<<20+1<<18 {
+			next = 1 << 20
+		}
+	} else if 2*len(lp.body)+len(lp.body)/2 < size {
+		next = 2 * len(lp.body)
+	}
+	grown := make([]byte, next)
+	copy(grown, lp.body[:lp.got])
+	lp.body = grown
+}
+
+// feed takes p, bytes read from c, into the frames they belong to, and
+// executes each request they complete. An error ends the connection.
+func (c *conn) feed(p []byte) error {
+	lp := c.lp
+	for len(p) > 0 {
+		if c.ctx.Err() != nil {
+			return net.ErrClosed
+		}
+		if lp.skip > 0 {
+			k := min(int64(len(p)), lp.skip)
+			p, lp.skip = p[k:], lp.skip-k
+			continue
+		}
+		if lp.n == 0 {
+			k := copy(lp.hdr[lp.hn:], p)
+			p, lp.hn = p[k:], lp.hn+k
+			if lp.hn < wire.HeaderSize {
+				return nil
+			}
+			lp.hn = 0
+			n := binary.BigEndian.Uint32(lp.hdr[:])
+			if n == 0 {
+				return wire.ErrEmptyFrame
+			}
+			lp.n, lp.over, lp.got, lp.body = n, n > c.srv.cfg.MaxFrame, 0, nil
+		}
+		lp.grow()
+		k := copy(lp.body[lp.got:], p)
+		p, lp.got = p[k:], lp.got+k
+		if lp.got < len(lp.body) || (!lp.over && lp.got < int(lp.n)) {
+			continue
+		}
+		if err := c.frameDone(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// frameDone executes the frame just read in full (or, for one over
+// --max-frame, answers it too_large and skips the rest of it).
+func (c *conn) frameDone() error {
+	lp := c.lp
+	body, n, over := lp.body[:lp.got], lp.n, lp.over
+	lp.n, lp.body, lp.got, lp.over = 0, nil, 0, false
+	if over {
+		if err := c.answerOversized(n, body); err != nil {
+			return err
+		}
+		lp.skip = int64(n) - int64(len(body))
+		return nil
+	}
+	return c.execute(body)
+}
+
+// readFailed logs why reading c's requests stopped, answering a bad frame.
+func (c *conn) readFailed(err error) {
+	switch {
+	case errors.Is(err, wire.ErrEmptyFrame), errors.Is(err, wire.ErrMalformed):
+		c.log.Warn().Err(err).Msg("bad frame; closing")
+		c.writeReply(0, &wire.Error{Code: wire.CodeBadRequest, Message: err.Error()}, nil)
+	case errors.Is(err, errBadRequest), errors.Is(err, net.ErrClosed), c.ctx.Err() != nil:
+	default:
+		c.log.Debug().Err(err).Msg("read failed")
+	}
+}
+
+// errBadRequest ends a connection whose request could not be decoded (it
+// has been answered).
+var errBadRequest = errors.New("malformed request")
+
+// flush writes what waits in c's output queue, as far as the socket takes
+// it. It reports false when the connection was ended.
+func (l *evLoop) flush(c *conn) bool {
+	lp := c.lp
+	var done []outChunk
+	c.wmu.Lock()
+	if lp.closed {
+		c.wmu.Unlock()
+		return false
+	}
+	var failed error
+	for len(lp.out) > 0 {
+		ch := &lp.out[0]
+		fd := ch.fd
+		n, err := writeOut(lp.fd, &ch.bufs, &ch.fd)
+		if fd >= 0 && ch.fd < 0 { // passed: the chunk's copy is done with
+			unix.Close(fd)
+		}
+		lp.outBytes -= n
+		if n > 0 {
+			lp.progress = time.Now()
+		}
+		if err != nil {
+			failed = err
+			break
+		}
+		if len(ch.bufs) > 0 {
+			break
+		}
+		done = append(done, *ch)
+		lp.out = lp.out[1:]
+	}
+	if failed == nil {
+		lp.rearm(c)
+	}
+	c.wmu.Unlock()
+	for i := range done {
+		done[i].release(true)
+	}
+	if failed != nil {
+		c.log.Debug().Err(failed).Msg("write failed")
+		l.end(c)
+		return false
+	}
+	return true
+}
+
+// rearm sets the events c's loop waits for to what its output needs
+// (under c.wmu): writable while output waits; readable unless outLimit
+// bytes wait. It also keeps the stall timer to the output's state.
+func (lp *loopConn) rearm(c *conn) {
+	want := uint32(unix.EPOLLRDHUP)
+	if lp.outBytes < outLimit {
+		want |= unix.EPOLLIN
+	}
+	if len(lp.out) > 0 {
+		want |= unix.EPOLLOUT
+		if lp.stall == nil {
+			lp.stall = time.AfterFunc(c.srv.cfg.WriteTimeout, func() { lp.stalled(c) })
+		} else if lp.interest&unix.EPOLLOUT == 0 {
+			lp.stall.Reset(c.srv.cfg.WriteTimeout)
+		}
+	} else if lp.stall != nil {
+		lp.stall.Stop()
+	}
+	if want == lp.interest {
+		return
+	}
+	lp.interest = want
+	if err := unix.EpollCtl(lp.loop.epfd, unix.EPOLL_CTL_MOD, lp.fd, &unix.EpollEvent{Events: want, Fd: int32(lp.fd)}); err != nil {
+		c.log.Warn().Err(err).Msg("epoll_ctl mod")
+	}
+}
+
+// stalled closes c when its output has not moved for WriteTimeout, the
+// limit a blocked write has on a connection served by its own goroutine.
+func (lp *loopConn) stalled(c *conn) {
+	c.wmu.Lock()
+	if lp.closed || len(lp.out) == 0 {
+		c.wmu.Unlock()
+		return
+	}
+	if left := c.srv.cfg.WriteTimeout - time.Since(lp.progress); left > 0 {
+		lp.stall.Reset(left)
+		c.wmu.Unlock()
+		return
+	}
+	c.wmu.Unlock()
+	c.log.Debug().Msg("client stopped reading its replies; closing")
+	c.close()
+}
+
+// send writes bufs to c, passing fd (when >= 0) with their first byte. What
+// the socket does not take at once waits in c's output queue, behind which
+// every later reply waits too; done (when not nil) is told, now or later,
+// whether the reply reached the socket. send fails only when c is closed or
+// the write failed.
+func (lp *loopConn) send(c *conn, bufs [][]byte, fd int, done func(bool)) error {
+	c.wmu.Lock()
+	if lp.closed {
+		c.wmu.Unlock()
+		if done != nil {
+			done(false)
+		}
+		return net.ErrClosed
+	}
+	if len(lp.out) == 0 {
+		_, err := writeOut(lp.fd, &bufs, &fd)
+		if err != nil {
+			c.wmu.Unlock()
+			if done != nil {
+				done(false)
+			}
+			c.close()
+			return err
+		}
+		if len(bufs) == 0 {
+			c.wmu.Unlock()
+			if done != nil {
+				done(true)
+			}
+			return nil
+		}
+		lp.progress = time.Now()
+	}
+	ch := outChunk{bufs: append([][]byte(nil), bufs...), fd: -1, done: done}
+	if fd >= 0 { // the caller's descriptor is its own: keep a copy
+		d, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			c.wmu.Unlock()
+			if done != nil {
+				done(false)
+			}
+			c.close()
+			return os.NewSyscallError("dup", err)
+		}
+		ch.fd = d
+	}
+	for _, b := range ch.bufs {
+		lp.outBytes += len(b)
+	}
+	lp.out = append(lp.out, ch)
+	lp.rearm(c)
+	c.wmu.Unlock()
+	return nil
+}
+
+// writeOut writes bufs to the non-blocking socket fd until all is written
+// or the socket would block, passing *passFD (when >= 0) with the first
+// byte written and then setting it to -1. It returns the bytes written.
+func writeOut(fd int, bufs *[][]byte, passFD *int) (int, error) {
+	n := 0
+	if *passFD >= 0 && len(*bufs) > 0 {
+		k, err := unix.SendmsgBuffers(fd, *bufs, unix.UnixRights(*passFD), nil, unix.MSG_DONTWAIT)
+		switch {
+		case err == unix.EAGAIN:
+			return 0, nil
+		case err != nil:
+			return 0, os.NewSyscallError("sendmsg", err)
+		}
+		n = k
+		consume(bufs, k)
+		*passFD = -1
+	}
+	k, _, errno := writevNB(uintptr(fd), bufs)
+	n += k
+	if errno != 0 {
+		return n, os.NewSyscallError("writev", errno)
+	}
+	return n, nil
+}

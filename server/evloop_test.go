@@ -1,0 +1,161 @@
+package server_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/syncmgr/syncmgr/wire"
+)
+
+// bothServings runs fn on a server whose plain connections are served by
+// event loops (the default) and on one that serves each by a goroutine of
+// its own (EventLoops < 0).
+func bothServings(t *testing.T, fn func(t *testing.T, ts *testServer), opts ...func(*serverOpts)) {
+	t.Run("loop", func(t *testing.T) { fn(t, startServer(t, opts...)) })
+	t.Run("goroutine", func(t *testing.T) {
+		fn(t, startServer(t, append(opts, func(o *serverOpts) { o.cfg.EventLoops = -1 })...))
+	})
+}
+
+// Replies that a client never reads and whose connection then ends give
+// their items back: a get granted but not delivered takes nothing, and the
+// queue keeps its order.
+func TestRepliesNotSentAreUndone(t *testing.T) {
+	bothServings(t, func(t *testing.T, ts *testServer) {
+		other := ts.dial(t)
+		call(t, other, "create", obj("queue", "U"))
+		const n = 6
+		for i := range n {
+			call(t, other, "put", obj("queue", "U", "item", bytes.Repeat([]byte{byte('a' + i)}, 1<<20)))
+		}
+		r := ts.raw(t, nil)
+		for i := range n {
+			r.send(uint64(i+1), "get", obj("queue", "U", "block", false)) // never read
+		}
+		deadline := time.Now().Add(bound)
+		for call(t, other, "qsize", obj("queue", "U")) == int64(n) { // at least one get happened
+			if time.Now().After(deadline) {
+				t.Fatal("no get of the raw client happened")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		r.nc.Close()
+		ts.waitSessions(t, 1)
+		for i := range n {
+			got, _ := call(t, other, "get", obj("queue", "U", "timeout", 5)).([]byte)
+			if len(got) != 1<<20 || got[0] != byte('a'+i) {
+				t.Fatalf("item %d after the client left: %d bytes of %q, want the %q item", i, len(got), got[:min(len(got), 1)], string(rune('a'+i)))
+			}
+		}
+	})
+}
+
+// A client that sends requests and reads no replies is not read from once
+// its replies back up: its own writes stall (the daemon holds a bounded
+// amount for it), and every other client is served meanwhile. The write
+// timeout then ends it.
+func TestClientThatDoesNotReadIsNotRead(t *testing.T) {
+	bothServings(t, func(t *testing.T, ts *testServer) {
+		other := ts.dial(t)
+		call(t, other, "create", obj("dict", "D"))
+		call(t, other, "set", obj("dict", "D", "key", []byte("k"), "kp", []byte("k"), "value", make([]byte, 256<<10)))
+		r := ts.raw(t, nil)
+		frame, err := wire.EncodeRequest(1, "get", obj("dict", "D", "key", []byte("k")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stalled := make(chan int, 1)
+		go func() {
+			sent := 0
+			for sent < 1<<20 { // 256 GiB of replies: far more than any buffer
+				_ = r.nc.SetWriteDeadline(time.Now().Add(500 * time.Millisecond))
+				if _, err := r.nc.Write(frame); err != nil {
+					var ne net.Error
+					if errors.As(err, &ne) && ne.Timeout() {
+						stalled <- sent
+						return
+					}
+					stalled <- -1
+					return
+				}
+				sent++
+			}
+			stalled <- -2
+		}()
+		select {
+		case sent := <-stalled:
+			if sent < 0 {
+				t.Fatalf("the silent client's writes did not stall (%d)", sent)
+			}
+			t.Logf("the silent client's writes stalled after %d requests", sent)
+		case <-time.After(4 * bound):
+			t.Fatal("the silent client's writes never stalled: the daemon buffers without bound")
+		}
+		for i := range 50 { // everyone else is served
+			call(t, other, "set", obj("dict", "D", "key", []byte(fmt.Sprint(i)), "kp", []byte("k"), "value", []byte("v")))
+		}
+		ts.waitSessions(t, 1) // the write timeout ends the silent client
+	}, func(o *serverOpts) { o.cfg.WriteTimeout = 2 * time.Second })
+}
+
+// Many connections spread over several loops, each pipelining requests:
+// every connection's replies come back in the order of its requests, and
+// every effect is there.
+func TestLoopsKeepEachConnectionsOrder(t *testing.T) {
+	ts := startServer(t, func(o *serverOpts) { o.cfg.EventLoops = 3 })
+	other := ts.dial(t)
+	call(t, other, "create", obj("dict", "O"))
+	const conns, reqs = 12, 300
+	var wg sync.WaitGroup
+	errs := make(chan error, conns)
+	for c := range conns {
+		r := ts.raw(t, nil)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var buf bytes.Buffer
+			for i := range reqs {
+				f, err := wire.EncodeRequest(uint64(i+1), "set", obj("dict", "O", "key", []byte(fmt.Sprint(c)), "kp",
+					[]byte("k"), "value", []byte(fmt.Sprint(i))))
+				if err != nil {
+					errs <- err
+					return
+				}
+				buf.Write(f)
+			}
+			if _, err := r.nc.Write(buf.Bytes()); err != nil { // all at once, then read
+				errs <- err
+				return
+			}
+			_ = r.nc.SetReadDeadline(time.Now().Add(bound))
+			for i := range reqs {
+				body, err := wire.ReadFrame(r.nc, wire.DefaultMaxFrame)
+				if err != nil {
+					errs <- err
+					return
+				}
+				rep, err := wire.DecodeReply(body)
+				if err != nil || rep.Err != nil || rep.ID != uint64(i+1) {
+					errs <- fmt.Errorf("conn %d: reply %d is %+v (%v), want id %d", c, i, rep, err, i+1)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for c := range conns {
+		got, _ := call(t, other, "get", obj("dict", "O", "key", []byte(fmt.Sprint(c)))).([]byte)
+		if string(got) != fmt.Sprint(reqs-1) {
+			t.Fatalf("conn %d's last set: %q, want %q", c, got, fmt.Sprint(reqs-1))
+		}
+	}
+}
