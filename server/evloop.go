@@ -3,9 +3,11 @@ package server
 import (
 	"encoding/binary"
 	"errors"
+	"maps"
 	"net"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -332,10 +334,7 @@ var rawWaitMS = func() int {
 // endAll ends every connection still in the loop (the server is stopping).
 func (l *evLoop) endAll() {
 	l.mu.Lock()
-	cs := make([]*conn, 0, len(l.conns))
-	for _, c := range l.conns {
-		cs = append(cs, c)
-	}
+	cs := slices.Collect(maps.Values(l.conns))
 	l.mu.Unlock()
 	for _, c := range cs {
 		l.end(c)
