@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -336,5 +337,68 @@ func TestDialErrors(t *testing.T) {
 		if n, a := proxy.ParseAddress(in); n != want[0] || a != want[1] {
 			t.Errorf("ParseAddress(%q) = %q %q", in, n, a)
 		}
+	}
+}
+
+// One Client's calls from many goroutines are in flight together on its
+// one connection and each gets its own reply: a Get parked on an empty
+// queue does not hold up the calls behind it, which are answered before
+// it, and the Put that ends it comes from the same Client.
+func TestClientPipelinesConcurrentCalls(t *testing.T) {
+	path, _ := serve(t, server.Config{})
+	c := dialC(t, path)
+	q, err := c.Queue(bctx(t), "pipe", 0)
+	must(t, err)
+	parked := make(chan any, 1)
+	go func() {
+		got, err := q.Get(bctx(t))
+		if err != nil {
+			got = err
+		}
+		parked <- got
+	}()
+	var wg sync.WaitGroup
+	errs := make(chan error, 32)
+	for g := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v, err := c.Value(bctx(t), "", "i", int64(0))
+			if err != nil {
+				errs <- err
+				return
+			}
+			for i := range 50 {
+				want := int64(g*1000 + i)
+				if err := v.Set(bctx(t), want); err != nil {
+					errs <- err
+					return
+				}
+				got, err := v.Get(bctx(t))
+				if err != nil || got != want {
+					errs <- fmt.Errorf("goroutine %d: Get = %v, %v; want %d", g, got, err, want)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-parked:
+		t.Fatalf("the parked Get returned %v before any Put", got)
+	default:
+	}
+	must(t, q.Put(bctx(t), "last"))
+	select {
+	case got := <-parked:
+		if got != "last" {
+			t.Fatalf("the parked Get returned %v, want \"last\"", got)
+		}
+	case <-time.After(bound):
+		t.Fatal("the parked Get was not answered")
 	}
 }
