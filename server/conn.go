@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -45,8 +46,12 @@ type conn struct {
 	// only once half of WriteTimeout has gone, not with a timer change
 	// per reply.
 	wdl time.Time
-	raw *rawIO    // plain sockets served by their own goroutine: reads and writes by raw system calls (rawio.go)
-	lp  *loopConn // plain sockets served by an event loop (evloop.go), set before the connection is tracked
+	raw *rawIO // plain sockets served by their own goroutine: reads and writes by raw system calls (rawio.go)
+	// lp: plain sockets served by an event loop (evloop.go). Set once,
+	// under wmu, when the connection moves into a loop (at its handshake,
+	// or between two requests once the daemon is busy); never unset.
+	lp    atomic.Pointer[loopConn]
+	plain bool // a Unix or plain TCP socket: one a loop can serve
 
 	pmu      sync.Mutex
 	parked   map[uint64]*parkedReq
@@ -59,8 +64,13 @@ type conn struct {
 func (s *Server) newConn(nc net.Conn) *conn {
 	id := s.nextConn.Add(1)
 	ctx, cancel := context.WithCancel(s.ctx)
-	return &conn{srv: s, nc: nc, id: id, ctx: ctx, cancel: cancel, parked: make(map[uint64]*parkedReq),
+	c := &conn{srv: s, nc: nc, id: id, ctx: ctx, cancel: cancel, parked: make(map[uint64]*parkedReq),
 		transport: transportOf(nc), log: s.log.With().Uint64("conn", id).Logger()}
+	switch nc.(type) {
+	case *net.UnixConn, *net.TCPConn:
+		c.plain = true
+	}
+	return c
 }
 
 // transportOf names the transport of nc for metrics.
@@ -105,10 +115,10 @@ func result(err error) string {
 func (c *conn) close() {
 	c.closeOnce.Do(func() {
 		c.cancel()
-		if c.lp != nil {
-			c.lp.shut()
+		if lp := c.lp.Load(); lp != nil {
+			lp.shut()
 		} else {
-			c.nc.Close()
+			c.nc.Close() // a move into a loop after this sees the cancelled context
 		}
 	})
 }
@@ -142,10 +152,14 @@ func (c *conn) serve() {
 		return
 	}
 	c.sess = sess
-	inLoop := c.adopt()
+	if c.plain {
+		c.srv.plain.Add(1)
+		defer c.srv.plain.Add(-1)
+	}
+	inLoop := c.srv.loopsWanted() && c.adopt()
 	if !c.srv.track(c, true) {
 		if inLoop {
-			c.lp.abandon()
+			c.lp.Load().abandon()
 		}
 		c.srv.mgr.CloseSession(sess)
 		return
@@ -309,6 +323,12 @@ func (c *conn) loop() {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
 				c.readFailed(err)
 			}
+			return
+		}
+		// Between two requests, with nothing of the next read yet: once
+		// the daemon is busy, the loops serve this connection from here on.
+		if br.Buffered() == 0 && c.plain && c.srv.loopsWanted() && c.adopt() {
+			c.serveInLoop()
 			return
 		}
 	}
@@ -506,10 +526,14 @@ func (c *conn) writeReplyThen(id uint64, we *wire.Error, res any, done func(bool
 // within WriteTimeout, closes the connection); one in an event loop may
 // queue the bytes behind its socket and tell done later (evloop.go).
 func (c *conn) write(bufs net.Buffers, fd int, done func(bool)) error {
-	if c.lp != nil {
-		return c.lp.send(c, bufs, fd, done)
+	if lp := c.lp.Load(); lp != nil {
+		return lp.send(c, bufs, fd, done)
 	}
 	c.wmu.Lock()
+	if lp := c.lp.Load(); lp != nil { // it moved into a loop meanwhile
+		c.wmu.Unlock()
+		return lp.send(c, bufs, fd, done)
+	}
 	c.refreshWriteDeadline()
 	var err error
 	switch {
@@ -647,11 +671,16 @@ func (c *conn) notifyShutdown() {
 	if err != nil {
 		return
 	}
-	if c.lp != nil { // queued behind what the socket has not taken, if need be
-		_ = c.lp.send(c, net.Buffers{frame}, -1, nil)
+	if lp := c.lp.Load(); lp != nil { // queued behind what the socket has not taken, if need be
+		_ = lp.send(c, net.Buffers{frame}, -1, nil)
 		return
 	}
 	c.wmu.Lock()
+	if lp := c.lp.Load(); lp != nil {
+		c.wmu.Unlock()
+		_ = lp.send(c, net.Buffers{frame}, -1, nil)
+		return
+	}
 	defer c.wmu.Unlock()
 	c.wdl = time.Now().Add(noticeTimeout)
 	_ = c.nc.SetWriteDeadline(c.wdl)

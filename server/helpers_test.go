@@ -47,7 +47,9 @@ func startServer(t *testing.T, opts ...func(*serverOpts)) *testServer {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	o := serverOpts{cfg: server.Config{Key: testKey, Logger: zerolog.Nop()}, mcfg: manager.DefaultConfig()}
+	// Event loops from the first connection: the tests run on them unless
+	// they ask for a goroutine per connection (EventLoops < 0).
+	o := serverOpts{cfg: server.Config{Key: testKey, Logger: zerolog.Nop(), EventLoopMinConns: 1}, mcfg: manager.DefaultConfig()}
 	for _, f := range opts {
 		f(&o)
 	}

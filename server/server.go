@@ -31,6 +31,10 @@ const DefaultMaxParked = 10000
 // cannot take every connection.
 const DefaultMaxConnsPerPeer = 1024
 
+// DefaultEventLoopMinConns is how many plain connections the daemon has
+// before event loops serve them (Config.EventLoopMinConns).
+const DefaultEventLoopMinConns = 8
+
 // Version is the daemon's version string.
 const Version = "0.1.0"
 
@@ -54,6 +58,10 @@ type Config struct {
 	// default, half of GOMAXPROCS and at least one; negative for none, each
 	// connection then served by a goroutine of its own.
 	EventLoops int
+	// EventLoopMinConns is how many plain connections the daemon must have
+	// before they are served by event loops (0: 8); below it each has a
+	// goroutine of its own, which answers a lone client sooner.
+	EventLoopMinConns int
 }
 
 // Server serves a manager over any number of listeners.
@@ -84,7 +92,8 @@ type Server struct {
 	shmWatched sync.Map // session id -> struct{}: sessions whose attachments are forgotten when they end
 
 	loopsOnce sync.Once
-	loops     []*evLoop // started on first use; see evloop.go
+	loops     []*evLoop    // started on first use; see evloop.go
+	plain     atomic.Int64 // authenticated plain (Unix, TCP) connections
 }
 
 // New returns a server for mgr.
@@ -109,6 +118,9 @@ func New(cfg Config, mgr *manager.Manager) (*Server, error) {
 	}
 	if cfg.MaxConnsPerPeer <= 0 {
 		cfg.MaxConnsPerPeer = DefaultMaxConnsPerPeer
+	}
+	if cfg.EventLoopMinConns <= 0 {
+		cfg.EventLoopMinConns = DefaultEventLoopMinConns
 	}
 	if cfg.MaxParked <= 0 {
 		cfg.MaxParked = DefaultMaxParked
