@@ -156,7 +156,7 @@ func (c *conn) serve() {
 		c.srv.plain.Add(1)
 		defer c.srv.plain.Add(-1)
 	}
-	inLoop := c.srv.loopsWanted() && c.adopt()
+	inLoop := c.loopsWanted() && c.adopt()
 	if !c.srv.track(c, true) {
 		if inLoop {
 			c.lp.Load().abandon()
@@ -327,7 +327,7 @@ func (c *conn) loop() {
 		}
 		// Between two requests, with nothing of the next read yet: once
 		// the daemon is busy, the loops serve this connection from here on.
-		if br.Buffered() == 0 && c.plain && c.srv.loopsWanted() && c.adopt() {
+		if br.Buffered() == 0 && c.loopsWanted() && c.adopt() {
 			c.serveInLoop()
 			return
 		}

@@ -15,14 +15,14 @@
 // manager's Grant with its reply. errors.go is the one place Go errors
 // become wire codes.
 //
-// Once the server has Config.EventLoopMinConns plain (Unix or TCP)
-// connections, they are served by its event loops (evloop.go): a goroutine
-// with an epoll set of its own that reads, executes and answers the
-// requests of every ready connection, one connection's requests in order.
-// Before that, and always for TLS or when Config.EventLoops is negative, a
-// connection is served by a goroutine of its own that does the same for it
-// alone (conn.loop); a plain one moves into a loop between two requests
-// once the server is busy. Either way, a request
+// Plain TCP connections, and Unix ones once the server has
+// Config.EventLoopMinConns plain connections, are served by its event loops
+// (evloop.go): a goroutine with an epoll set of its own that reads,
+// executes and answers the requests of every ready connection, one
+// connection's requests in order. Otherwise (always for TLS, or when
+// Config.EventLoops is negative) a connection is served by a goroutine of
+// its own that does the same for it alone (conn.loop); a Unix one moves
+// into a loop between two requests once the server is busy. Either way, a request
 // that has to wait is parked in a goroutine of its own with a context
 // derived from the connection's. Whether it replies at once or later, a
 // granting op's reply goes through conn.deliver, which commits the grant

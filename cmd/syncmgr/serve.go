@@ -109,7 +109,7 @@ func serveFlags() (*flag.FlagSet, *serveConfig) {
 	fs.Int64Var(&c.maxBytes, "max-bytes", def.MaxBytes, "bytes all queues, dicts and lists may hold together")
 	fs.Int64Var(&c.maxParked, "max-parked", server.DefaultMaxParked, "requests one client may have waiting at once")
 	fs.IntVar(&c.eventLoops, "event-loops", 0, "event loops serving Unix and plain TCP connections after their handshake (0: half the CPUs the daemon may use, at least one; -1: a thread of execution per connection instead)")
-	fs.IntVar(&c.loopMinConns, "event-loop-min-conns", server.DefaultEventLoopMinConns, "Unix and plain TCP connections the daemon has before the event loops serve them (below it each has a thread of execution of its own, which answers a lone client sooner)")
+	fs.IntVar(&c.loopMinConns, "event-loop-min-conns", server.DefaultEventLoopMinConns, "Unix and plain TCP connections the daemon has before the event loops serve its Unix connections (below it each has a thread of execution of its own, which answers a lone client sooner; plain TCP connections are served by the loops from the first)")
 	fs.IntVar(&c.maxPeerConns, "max-conns-per-client", server.DefaultMaxConnsPerPeer, "connections one client (a process on a Unix socket, a source address over TCP) may have at once")
 	fs.IntVar(&c.maxUnauth, "max-handshakes", 128, "connections in the handshake at once, for Unix and for TCP each; over it one of the busiest source is dropped (a wrong key first, then the oldest silent one, then the one that has left the daemon's hello unanswered longest, once for 50ms; until then a newcomer waits)")
 	fs.DurationVar(&c.hsTimeout, "handshake-timeout", 5*time.Second, "deadline on a connection's handshake")
