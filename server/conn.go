@@ -159,7 +159,7 @@ func (c *conn) serve() {
 	inLoop := c.loopsWanted() && c.adopt()
 	if !c.srv.track(c, true) {
 		if inLoop {
-			c.lp.Load().abandon()
+			c.lp.Load().closeFD()
 		}
 		c.srv.mgr.CloseSession(sess)
 		return
@@ -526,12 +526,7 @@ func (c *conn) writeReplyThen(id uint64, we *wire.Error, res any, done func(bool
 // within WriteTimeout, closes the connection); one in an event loop may
 // queue the bytes behind its socket and tell done later (evloop.go).
 func (c *conn) write(bufs net.Buffers, fd int, done func(bool)) error {
-	if lp := c.lp.Load(); lp != nil {
-		return lp.send(c, bufs, fd, done)
-	}
-	c.wmu.Lock()
-	if lp := c.lp.Load(); lp != nil { // it moved into a loop meanwhile
-		c.wmu.Unlock()
+	if lp := c.lockWrites(); lp != nil {
 		return lp.send(c, bufs, fd, done)
 	}
 	c.refreshWriteDeadline()
@@ -571,6 +566,22 @@ func (c *conn) refreshWriteDeadline() {
 	}
 	c.wdl = now.Add(c.srv.cfg.WriteTimeout)
 	_ = c.nc.SetWriteDeadline(c.wdl)
+}
+
+// lockWrites takes wmu for a connection served by its own goroutine and
+// returns nil; for one served by a loop (or moved into one while wmu was
+// awaited) it holds nothing and returns its loop state, whose send takes
+// wmu itself.
+func (c *conn) lockWrites() *loopConn {
+	if lp := c.lp.Load(); lp != nil {
+		return lp
+	}
+	c.wmu.Lock()
+	if lp := c.lp.Load(); lp != nil {
+		c.wmu.Unlock()
+		return lp
+	}
+	return nil
 }
 
 // writeWithFD writes bufs with fd attached (SCM_RIGHTS), under wmu: the
@@ -671,13 +682,7 @@ func (c *conn) notifyShutdown() {
 	if err != nil {
 		return
 	}
-	if lp := c.lp.Load(); lp != nil { // queued behind what the socket has not taken, if need be
-		_ = lp.send(c, net.Buffers{frame}, -1, nil)
-		return
-	}
-	c.wmu.Lock()
-	if lp := c.lp.Load(); lp != nil {
-		c.wmu.Unlock()
+	if lp := c.lockWrites(); lp != nil { // queued behind what the socket has not taken, if need be
 		_ = lp.send(c, net.Buffers{frame}, -1, nil)
 		return
 	}

@@ -186,7 +186,8 @@ func (c *conn) loopsWanted() bool {
 // requests, out of the runtime's poller and into the least loaded event
 // loop. It reports false (c unchanged) when there is none or c is closed.
 func (c *conn) adopt() bool {
-	if !c.plain {
+	sc, ok := c.nc.(syscall.Conn) // a plain socket (loopsWanted), never TLS
+	if !ok {
 		return false
 	}
 	loops := c.srv.eventLoops()
@@ -199,7 +200,7 @@ func (c *conn) adopt() bool {
 			l = o
 		}
 	}
-	rc, err := c.nc.(syscall.Conn).SyscallConn()
+	rc, err := sc.SyscallConn()
 	if err != nil {
 		return false
 	}
@@ -242,17 +243,14 @@ func (c *conn) serveInLoop() {
 		lp.letGo(c)
 	}
 	<-lp.ended
-	l.load.Add(-1)
 	c.wmu.Lock()
-	lp.fmu.Lock()
-	lp.fdClosed = true
-	unix.Close(lp.fd)
-	lp.fmu.Unlock()
+	lp.closeFD()
 	c.wmu.Unlock()
 }
 
-// abandon closes the descriptor of a connection adopted but never served.
-func (lp *loopConn) abandon() {
+// closeFD closes the descriptor of a connection its loop has let go of, or
+// that was adopted but never served, and takes it off its loop's load.
+func (lp *loopConn) closeFD() {
 	lp.loop.load.Add(-1)
 	lp.fmu.Lock()
 	lp.fdClosed = true
@@ -643,29 +641,30 @@ func (lp *loopConn) stalled(c *conn) {
 // the write failed.
 func (lp *loopConn) send(c *conn, bufs [][]byte, fd int, done func(bool)) error {
 	c.wmu.Lock()
+	queued, err := lp.sendLocked(c, bufs, fd, done)
+	c.wmu.Unlock()
+	if queued {
+		return nil
+	}
+	if err != nil && !errors.Is(err, net.ErrClosed) {
+		c.close()
+	}
+	if done != nil {
+		done(err == nil)
+	}
+	return err
+}
+
+// sendLocked is send's part under c.wmu: it writes what the socket takes
+// at once and queues the rest with done, reporting whether it queued (done
+// is then told later, by flush or letGo).
+func (lp *loopConn) sendLocked(c *conn, bufs [][]byte, fd int, done func(bool)) (queued bool, err error) {
 	if lp.closed {
-		c.wmu.Unlock()
-		if done != nil {
-			done(false)
-		}
-		return net.ErrClosed
+		return false, net.ErrClosed
 	}
 	if len(lp.out) == 0 {
-		_, err := writeOut(lp.fd, &bufs, &fd)
-		if err != nil {
-			c.wmu.Unlock()
-			if done != nil {
-				done(false)
-			}
-			c.close()
-			return err
-		}
-		if len(bufs) == 0 {
-			c.wmu.Unlock()
-			if done != nil {
-				done(true)
-			}
-			return nil
+		if _, err := writeOut(lp.fd, &bufs, &fd); err != nil || len(bufs) == 0 {
+			return false, err
 		}
 		lp.progress = time.Now()
 	}
@@ -673,12 +672,7 @@ func (lp *loopConn) send(c *conn, bufs [][]byte, fd int, done func(bool)) error 
 	if fd >= 0 { // the caller's descriptor is its own: keep a copy
 		d, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
 		if err != nil {
-			c.wmu.Unlock()
-			if done != nil {
-				done(false)
-			}
-			c.close()
-			return os.NewSyscallError("dup", err)
+			return false, os.NewSyscallError("dup", err)
 		}
 		ch.fd = d
 	}
@@ -687,8 +681,7 @@ func (lp *loopConn) send(c *conn, bufs [][]byte, fd int, done func(bool)) error 
 	}
 	lp.out = append(lp.out, ch)
 	lp.rearm(c)
-	c.wmu.Unlock()
-	return nil
+	return true, nil
 }
 
 // writeOut writes bufs to the non-blocking socket fd until all is written
