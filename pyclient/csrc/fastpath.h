@@ -181,6 +181,9 @@ PyObject *decode_scalar(const unsigned char *p, uint64_t n);
 /* pack_bins(items) -> bytes | None: a socket put_many's items argument for a
  * list of plain scalars (module function). */
 PyObject *pack_bins(PyObject *m, PyObject *items);
+/* loads_bins(datas, fallback) -> list: a socket get_many's records decoded,
+ * plain scalars here and the rest by fallback (module function). */
+PyObject *loads_bins(PyObject *m, PyObject *const *args, Py_ssize_t nargs);
 
 /* Segment methods, by family (the table is in fp_module.c). */
 /* fp_lock.c */

@@ -361,6 +361,9 @@ static PyMethodDef module_methods[] = {
     {"pack_bins", pack_bins, METH_O,
      "pack_bins(items: list) -> bytes | None: a socket put_many's items (a msgpack array of bins) when every "
      "item is a plain scalar, else None"},
+    {"loads_bins", (PyCFunction)(void (*)(void))loads_bins, METH_FASTCALL,
+     "loads_bins(datas: list, fallback) -> list: a socket get_many's records decoded, each plain scalar in C "
+     "and any other record by fallback(record)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -240,3 +240,42 @@ PyObject *pack_bins(PyObject *Py_UNUSED(m), PyObject *items) {
         return NULL;
     return out;
 }
+
+/* loads_bins(datas: list, fallback) -> list: the values of a socket
+ * get_many's reply (a list of stored records), each plain scalar decoded
+ * here and any other record (a pickle, an out-of-band item, a record that
+ * is not bytes) by fallback(record), Python's _values.loads. An exception
+ * from fallback ends the call and is raised; nothing is half-returned. */
+PyObject *loads_bins(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyList_CheckExact(args[0]) || !PyCallable_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "loads_bins(datas: list, fallback: callable)");
+        return NULL;
+    }
+    PyObject *datas = args[0], *fallback = args[1];
+    Py_ssize_t n = PyList_GET_SIZE(datas);
+    PyObject *out = PyList_New(n);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        /* fallback may run Python code that changes datas: the list's size
+         * is read again, and each record is held while it is decoded. */
+        if (i >= PyList_GET_SIZE(datas)) {
+            Py_DECREF(out);
+            PyErr_SetString(PyExc_RuntimeError, "loads_bins: the list changed while it was decoded");
+            return NULL;
+        }
+        PyObject *d = PyList_GET_ITEM(datas, i), *v = NULL;
+        Py_INCREF(d);
+        if (PyBytes_CheckExact(d))
+            v = decode_scalar((const unsigned char *)PyBytes_AS_STRING(d), (uint64_t)PyBytes_GET_SIZE(d));
+        if (v == NULL && !PyErr_Occurred())
+            v = PyObject_CallOneArg(fallback, d);
+        Py_DECREF(d);
+        if (v == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, v);
+    }
+    return out;
+}

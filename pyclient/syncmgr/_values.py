@@ -38,6 +38,11 @@ from typing import Any
 
 import msgpack
 
+try:  # the C extension decodes a get_many's plain scalars in one call
+    from ._fastpath import loads_bins as _loads_bins
+except ImportError:  # no compiler at install time: Python decodes every item
+    _loads_bins = None
+
 __all__ = ["TAG", "TAG_OOB", "dumps", "dumps_many", "dumps_parts", "is_plain", "loads", "loads_many"]
 
 TAG = b"\xc1"
@@ -122,7 +127,11 @@ def dumps_many(objs: list[Any]) -> list[list[Any]]:
 
 
 def loads_many(datas: list[Any]) -> list[Any]:
-    """loads of each of datas (a get_many reply)."""
+    """loads of each of datas (a get_many reply): plain scalars decoded in
+    C when the extension is there (the same values as loads gives), the
+    rest by loads."""
+    if _loads_bins is not None and type(datas) is list:
+        return list(_loads_bins(datas, loads))
     return [loads(d) for d in datas]
 
 

@@ -165,3 +165,50 @@ def test_a_batch_with_anything_else_is_left_to_python(odd):
         return b"".join(bytes(b) for b in pieces)
 
     assert joined(_framing.pack_items(items)) == joined(_framing.bin_array(_values.dumps_many(items)))
+
+
+def _same(a, b):
+    """Equal values of equal types, NaN equal to NaN, -0.0 told from 0.0."""
+    if isinstance(a, float) and isinstance(b, float):
+        return type(a) is type(b) and (math.isnan(a) and math.isnan(b) or math.copysign(1, a) == math.copysign(1, b)
+                                       and a == b)
+    return type(a) is type(b) and a == b
+
+
+def test_a_get_many_reply_decodes_in_c_as_python_decodes_it():
+    if _values._loads_bins is None:
+        pytest.skip("the C extension is not built")
+    np = pytest.importorskip("numpy")
+    odd = [2**64, -2**63 - 1, [1], (1,), {"a": 1}, 1j, bytearray(b"x"), np.arange(3)]
+    items = _EDGES + odd
+    datas = [_values.dumps(x) for x in items]
+    datas.append(memoryview(_values.dumps(7)))  # a record read as a view: Python decodes it
+    items.append(7)
+    got = _values.loads_many(datas)
+    for g, want in zip(got, items, strict=True):
+        if isinstance(want, np.ndarray):
+            assert (g == want).all()
+        else:
+            assert _same(g, want), (g, want)
+
+
+def test_a_record_c_cannot_decode_goes_to_python_and_its_error_is_raised():
+    if _values._loads_bins is None:
+        pytest.skip("the C extension is not built")
+    bad_utf8 = _values.TAG + b"\xa2\xff\xfe"  # a str record whose bytes are not UTF-8: msgpack refuses it too
+    with pytest.raises(ValueError):
+        _values.loads_many([_values.dumps(1), bad_utf8])
+    trailing = _values.dumps(5) + b"\x00"  # a scalar with a byte after it is not a plain scalar record
+    with pytest.raises(Exception) as c_err:
+        _values.loads_many([trailing])
+    with pytest.raises(type(c_err.value)):
+        _values.loads(trailing)
+    with pytest.raises(TypeError):
+        _values._loads_bins((_values.dumps(1),), _values.loads)  # a tuple, not a list
+
+
+def test_without_the_extension_a_reply_decodes_the_same(monkeypatch):
+    datas = [_values.dumps(x) for x in _EDGES[:20]]
+    want = _values.loads_many(datas)
+    monkeypatch.setattr(_values, "_loads_bins", None)
+    assert all(_same(a, b) for a, b in zip(_values.loads_many(datas), want, strict=True))
