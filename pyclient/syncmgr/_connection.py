@@ -47,6 +47,9 @@ CONNECT_TIMEOUT = 10.0
 # A pooled connection idle for longer than this is checked (one poll) before
 # use, so that a daemon restart is noticed without failing a call.
 _IDLE_CHECK = 0.5
+# A request whose pieces add up to at most this goes over TLS as one piece
+# (see Client._send).
+_SSL_JOIN_MAX = 64 << 10
 
 # --- session identity, renewed in a forked child -------------------------
 
@@ -277,8 +280,16 @@ class Connection:
         if len(buffers) == 1:
             self.sock.sendall(buffers[0])
         elif isinstance(self.sock, ssl.SSLSocket):
-            for b in buffers:
-                self.sock.sendall(b)
+            # An SSL socket has no sendmsg: each sendall is a TLS record of
+            # its own and a write(2) of its own, which the daemon may read as
+            # a wake-up of its own. A request of small pieces (every batch)
+            # goes as one record; a large item's pieces stay as they are,
+            # its copy costing more than the records it saves.
+            if sum(len(b) if isinstance(b, bytes) else memoryview(b).nbytes for b in buffers) <= _SSL_JOIN_MAX:
+                self.sock.sendall(b"".join(buffers))
+            else:
+                for b in buffers:
+                    self.sock.sendall(b)
         else:
             sendmsg_all(self.sock, buffers)
 
