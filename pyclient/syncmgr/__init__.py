@@ -34,6 +34,7 @@ from . import shared_memory as _shm
 from ._connection import get_client as _get_client
 from ._containers import DictProxy, ListProxy, NamespaceProxy
 from ._manager import Manager, connect, find_binary
+from ._pipeline import Pipeline
 from ._proxies import (
     AcquirerProxy,
     BarrierProxy,
@@ -87,6 +88,7 @@ __all__ = [
     "connect",
     "find_binary",
     "SharedMemory",
+    "Pipeline",
     "BaseProxy",
     "AcquirerProxy",
     "EventProxy",

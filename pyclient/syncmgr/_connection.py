@@ -24,12 +24,23 @@ import socket
 import ssl
 import threading
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import msgpack
 
 from . import exceptions as exc
-from ._framing import HEADER, ITEM_ALIGN, bin_reply, bin_start, check_size, encode_request, frame, packb, sendmsg_all
+from ._framing import (
+    HEADER,
+    ITEM_ALIGN,
+    Frame,
+    bin_reply,
+    bin_start,
+    check_size,
+    encode_request,
+    frame,
+    packb,
+    sendmsg_all,
+)
 from ._handshake import (
     _HANDSHAKE_MAX,
     Handshake,
@@ -505,7 +516,7 @@ def _connect(address: str, ssl_context: Optional[ssl.SSLContext], pin: Optional[
 
 # --- the per-process client --------------------------------------------------
 
-from ._transport import Undo  # noqa: E402
+from ._transport import Request, Undo  # noqa: E402
 
 
 class Client:
@@ -653,26 +664,22 @@ class Client:
         if self._notes:
             self.call("ping", {})
 
-    def call(self, op: str, args: dict[str, Any], *, blob_key: Optional[str] = None, blob: Any = None,
-             wait: Optional[float] = 0.0, undo: Optional[Undo] = None, _again: bool = False) -> Any:
-        """Send one request and return its result.
-
-        ``wait`` is how long the op may block on the daemon (None: for ever);
-        the daemon bounds every wait, and a dead daemon closes the socket, so
-        the client needs no timer of its own. When the wait is interrupted (Ctrl-C), the request is cancelled on the
-        daemon and ``undo`` gets any result that raced in, so nothing is
-        taken in the caller's name.
-        """
-        rid = next(self._ids)
+    def _send_with_notes(self, reqs: list[tuple[Frame, str]], interrupted: Callable[[Connection], None]) -> Connection:
+        """Send the queued notifications and reqs (frames, each with its op
+        for the size error) back to back on one connection, and return it
+        for the replies. A frame over the daemon's limit raises before
+        anything is sent. A pooled connection the daemon closed since its
+        last use (a restart within _IDLE_CHECK) fails the send, so the daemon
+        read nothing of it, and all is sent once more on a fresh connection;
+        a shutdown the daemon announced on it is raised as such. Ctrl-C
+        during the send calls interrupted(conn) and is raised."""
         notes = []
         while self._notes:
             try:
                 notes.append(self._notes.popleft())
             except IndexError:
                 break
-        frames = [encode_request(0, note[0], note[1]) for note in notes]
-        req = encode_request(rid, op, args, blob_key, blob)
-        frames.append(req)
+        frames = [encode_request(0, note[0], note[1]) for note in notes] + [f for f, _ in reqs]
         for attempt in (0, 1):
             try:
                 conn = self._take()
@@ -680,23 +687,19 @@ class Client:
                 self._notes.extendleft(reversed(notes))
                 raise
             try:
-                check_size(req, conn.max_frame, op)
+                for f, op in reqs:
+                    check_size(f, conn.max_frame, op)
             except exc.FrameTooLargeError:
                 self._notes.extendleft(reversed(notes))
                 self._give_back(conn)
                 raise
             try:
                 conn.send_requests(frames)
-                break
+                return conn
             except KeyboardInterrupt:
-                self._interrupted(conn, rid, undo)
+                interrupted(conn)
                 raise
             except OSError as e:
-                # A pooled connection the daemon closed since its last use
-                # (a restart within _IDLE_CHECK): the send failed, so the
-                # daemon read nothing of it, and it is sent once more on a
-                # fresh connection. A shutdown the daemon announced on it is
-                # raised as such.
                 _, notice = _idle_check(conn) if conn.last_used else (False, None)
                 conn.close()
                 self._noticed(notice)
@@ -709,6 +712,21 @@ class Client:
             except BaseException:
                 conn.close()
                 raise
+        raise AssertionError("unreachable")  # the second attempt returns or raises
+
+    def call(self, op: str, args: dict[str, Any], *, blob_key: Optional[str] = None, blob: Any = None,
+             wait: Optional[float] = 0.0, undo: Optional[Undo] = None, _again: bool = False) -> Any:
+        """Send one request and return its result.
+
+        ``wait`` is how long the op may block on the daemon (None: for ever);
+        the daemon bounds every wait, and a dead daemon closes the socket, so
+        the client needs no timer of its own. When the wait is interrupted (Ctrl-C), the request is cancelled on the
+        daemon and ``undo`` gets any result that raced in, so nothing is
+        taken in the caller's name.
+        """
+        rid = next(self._ids)
+        req = encode_request(rid, op, args, blob_key, blob)
+        conn = self._send_with_notes([(req, op)], lambda c: self._interrupted(c, rid, undo))
         try:
             rep_id, err, result = conn.recv_reply()
             while rep_id != rid:  # a stray reply (e.g. to a cancel); skip it
@@ -745,6 +763,77 @@ class Client:
         if err is not None:
             raise exc.from_code(err[0], err[1])
         return result
+
+    def call_many(self, reqs: list[Request]) -> list[tuple[Any, Any]]:
+        """Send reqs back to back on one connection (one write) and read
+        their replies together: (error, result) per request, in reqs' order,
+        the error None or the reply's [code, message]. The daemon runs one
+        connection's requests in order, but answers a parked one (a get
+        that waits) when it ends, so replies are matched by id.
+
+        Nothing is taken in the caller's name when this raises: on Ctrl-C
+        every request still unanswered is cancelled on the daemon, and on a
+        lost connection the daemon undoes the grants of replies it had not
+        sent; either way each grant whose reply came is given back (its
+        undo) before the exception goes on."""
+        rids = [next(self._ids) for _ in reqs]
+        frames = [(encode_request(rid, r.op, r.args, r.blob_key, r.blob), r.op) for rid, r in zip(rids, reqs)]
+        undos = {rid: r.undo for rid, r in zip(rids, reqs)}
+        answers: dict[int, tuple[Any, Any]] = {}
+
+        def interrupted(c: Connection) -> None:
+            self._interrupted_many(c, undos, answers)
+
+        conn = self._send_with_notes(frames, interrupted)
+        try:
+            while len(answers) < len(rids):
+                rep_id, err, result = conn.recv_reply()
+                if rep_id in undos and rep_id not in answers:
+                    answers[rep_id] = (err, result)
+                elif rep_id == 0 and err:
+                    notice = exc.from_code(err[0], err[1])
+                    self._noticed(notice)
+                    raise notice
+        except KeyboardInterrupt:
+            interrupted(conn)
+            raise
+        except BaseException as e:
+            conn.close()
+            self._give_back_grants(undos, answers)
+            if isinstance(e, OSError):
+                raise self._lost_connection(e) from None
+            raise
+        self._give_back(conn)
+        return [answers[rid] for rid in rids]
+
+    def _interrupted_many(self, conn: Connection, undos: dict[int, Optional[Undo]],
+                          answers: dict[int, tuple[Any, Any]]) -> None:
+        """Cancel every request of undos still unanswered, wait for their
+        outcomes (bounded), and give back every grant that came."""
+        try:
+            conn.sock.settimeout(5.0)
+            pending = [rid for rid in undos if rid not in answers]
+            conn.send_requests([encode_request(0, "cancel", {"id": rid}) for rid in pending])
+            while len(answers) < len(undos):
+                rep_id, err, result = conn.recv_reply()
+                if rep_id in undos and rep_id not in answers:
+                    answers[rep_id] = (err, result)
+            conn.sock.settimeout(None)
+            self._give_back(conn)
+        except BaseException:
+            conn.close()
+        self._give_back_grants(undos, answers)
+
+    def _give_back_grants(self, undos: dict[int, Optional[Undo]], answers: dict[int, tuple[Any, Any]]) -> None:
+        """Undo each successful answer (best effort: the connection or the
+        daemon may be gone, and then the daemon has ended the session)."""
+        for rid, (err, result) in answers.items():
+            undo = undos.get(rid)
+            if err is None and undo is not None:
+                try:
+                    undo(result)
+                except Exception as e:  # noqa: BLE001 - reported, and the original exception goes on
+                    _log.warning("could not give back the result of a pipelined request: %s", e)
 
     def _interrupted(self, conn: Connection, rid: int, undo: Optional[Undo]) -> None:
         """Cancel rid on the daemon and give back a grant that raced in."""

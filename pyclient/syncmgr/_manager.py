@@ -21,6 +21,7 @@ from ._connection import Client, default_address, get_client, normalize_address
 from ._daemon import KEY_FILE, PrivateDaemon, find_binary, private_dir, write_key_file
 from ._handshake import set_label
 from ._keys import coerce_key, key_for, read_key_file
+from ._pipeline import Pipeline
 from ._tls import TLS_ENV
 
 __all__ = ["Manager", "connect", "find_binary"]
@@ -195,6 +196,12 @@ class Manager:
     def status(self, limit: int = 10000) -> dict[str, Any]:
         """The daemon's status: server counters, objects and sessions."""
         return self._c().call("status", {"limit": limit})
+
+    def pipeline(self) -> Pipeline:
+        """A Pipeline: proxy calls recorded, then sent to the daemon back to
+        back and answered together (one round trip), for workers that reach
+        the daemon over the network."""
+        return Pipeline(self._c())
 
     def delete(self, name: str) -> bool:
         """Delete a named object now; returns whether it existed."""

@@ -20,6 +20,11 @@ implementations carry their ops:
   ``queue_attach``) are the client's, and a proxy on any other transport
   gets no fast path.
 
+A pipeline (``_pipeline``) runs proxy methods, as their classes define
+them, on two transports of its own: one records the request a method asks
+for, the other answers it with the reply that ``Client.call_many`` got for
+the whole batch in one round trip.
+
 The contract below is the socket client's; the fast path keeps it by
 answering only what it can answer exactly as the daemon would.
 
@@ -47,9 +52,20 @@ from a finalizer); it does no I/O and goes out with the next call.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Callable, NamedTuple, Optional, Protocol
 
 Undo = Callable[[Any], None]
+
+
+class Request(NamedTuple):
+    """One request of a batch sent back to back (``Client.call_many``): what
+    :meth:`Transport.call` takes for one."""
+
+    op: str
+    args: dict[str, Any]
+    blob_key: Optional[str] = None
+    blob: Any = None
+    undo: Optional[Undo] = None
 
 
 class Transport(Protocol):

@@ -1,0 +1,246 @@
+"""Manager.pipeline(): proxy calls sent back to back and answered together,
+against the real daemon. The whole suite runs with the fast path on and off;
+a pipeline's calls are requests either way."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+import syncmgr
+from conftest import wait_until
+
+
+def test_results_come_back_in_order_across_families(m):
+    q, v, ev, lock, d = m.Queue(), m.Value("i", 5), m.Event(), m.Lock(), m.dict()
+    p = m.pipeline()
+    assert p(q).put(1) == 0
+    p(q).put_many([2, 3])
+    p(v).get()
+    p(ev).is_set()
+    p(lock).acquire()
+    p(d).__setitem__("k", [9])
+    p(d).get("k")
+    assert p(q).get_many(10) == 7
+    assert len(p) == 8
+    assert p.execute() == [None, None, 5, False, True, None, [9], [1, 2, 3]]
+    assert len(p) == 0  # emptied: the next execute sends nothing again
+    assert p.execute() == []
+    # The lock was taken in this process's name, and the proxy remembers it:
+    assert lock.acquire(False) is False
+    lock.release()
+    assert lock.acquire(False) is True
+    lock.release()
+
+
+def test_one_round_trip_for_the_lot(m):
+    q, v = m.Queue(), m.Value("i", 1)
+    client = m._c()
+    sent = []
+    real = client.call_many
+
+    def counting(reqs):
+        sent.append([r.op for r in reqs])
+        return real(reqs)
+
+    client.call_many = counting  # type: ignore[method-assign]
+    try:
+        p = m.pipeline()
+        for i in range(20):
+            p(q).put(i)
+        p(v).add(2)
+        p(q).qsize()
+        out = p.execute()
+    finally:
+        del client.call_many
+    assert sent == [["put"] * 20 + ["add", "qsize"]]
+    assert out[-2:] == [3, 20]
+    assert q.get_many(100) == list(range(20))
+
+
+def test_a_parked_get_is_answered_after_the_put_behind_it(m):
+    # The daemon answers the put first; the replies are matched by id.
+    q = m.Queue()
+    p = m.pipeline()
+    p(q).get(timeout=10)
+    p(q).put("late")
+    t0 = time.monotonic()
+    assert p.execute() == ["late", None]
+    assert time.monotonic() - t0 < 5
+
+
+def test_errors_come_after_every_call_has_run(m):
+    q, v = m.Queue(), m.Value("i", 0)
+    p = m.pipeline()
+    p(q).get_nowait()
+    p(v).set(7)
+    with pytest.raises(syncmgr.Empty):
+        p.execute()
+    assert v.get() == 7  # the call after the failed one ran
+    p(q).get_nowait()
+    p(v).get()
+    out = p.execute(raise_on_error=False)
+    assert isinstance(out[0], syncmgr.Empty) and out[1] == 7
+
+
+def test_bad_input_is_refused_with_nothing_sent(m):
+    q = m.Queue()
+    p = m.pipeline()
+    p(q).put("first")
+    p(q).put(lambda: None)  # does not pickle
+    with pytest.raises(Exception, match="pickle"):
+        p.execute()
+    assert q.qsize() == 0
+    assert len(p) == 0
+
+
+def test_a_request_over_the_frame_limit_is_refused_with_nothing_sent(m):
+    q = m.Queue()
+    limit = m._c().max_frame
+    p = m.pipeline()
+    p(q).put("first")
+    p(q).put(b"x" * (limit + 1))
+    with pytest.raises(syncmgr.FrameTooLargeError):
+        p.execute()
+    assert q.qsize() == 0
+
+
+def test_a_put_many_that_cannot_fit_stores_nothing(m):
+    q = m.Queue(maxsize=3)
+    p = m.pipeline()
+    p(q).put_many([1, 2], timeout=0.1)
+    p(q).put_many([3, 4], timeout=0.1)  # only one more fits: all or nothing
+    out = p.execute(raise_on_error=False)
+    assert out[0] is None and isinstance(out[1], syncmgr.Full)
+    assert q.get_many(10) == [1, 2]
+
+
+def test_what_it_takes_and_what_it_refuses(m, daemon):
+    p = m.pipeline()
+    with pytest.raises(TypeError):
+        p(object())
+    other = syncmgr.Manager()
+    try:
+        with pytest.raises(ValueError, match="one daemon"):
+            p(other.Queue())
+    finally:
+        other.shutdown()
+    q = m.Queue()
+    with pytest.raises(AttributeError):
+        p(q)._call_blocking("get", 0.0)
+    with pytest.raises(AttributeError):
+        p(q).no_such_method()
+    with m.pipeline() as p2:
+        p2(q).put("dropped")
+    assert q.qsize() == 0  # leaving the with block drops what was not executed
+
+
+_CHILD = textwrap.dedent("""
+    import sys, syncmgr
+    m = syncmgr.connect()
+    tag = sys.argv[1]
+    q, held, full = m.Queue(name=tag + "-q"), m.Lock(name=tag + "-held"), m.Queue(name=tag + "-full")
+    p = m.pipeline()
+    p(full).get(timeout=30)      # answered at once: an item this process then holds
+    p(held).acquire(timeout=30)  # waits: the parent holds it
+    p(q).get(timeout=30)         # waits: empty
+    print("ready", flush=True)
+    try:
+        p.execute()
+        print("not interrupted", flush=True)
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+    print(full.qsize(), held.acquire(False), flush=True)
+""")
+
+
+def test_ctrl_c_gives_back_what_the_calls_got(m, daemon):
+    tag = f"plint-{os.getpid()}"
+    q, held, full = m.Queue(name=tag + "-q"), m.Lock(name=tag + "-held"), m.Queue(name=tag + "-full")
+    full.put("kept")
+    held.acquire()
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, tag], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             env=daemon.env)
+    try:
+        assert child.stdout.readline().strip() == b"ready"
+        assert wait_until(lambda: full.qsize() == 0, 10)  # the pipeline's first get took the item
+        time.sleep(0.3)  # the other two wait on the daemon
+        child.send_signal(signal.SIGINT)
+        assert child.stdout.readline().strip() == b"interrupted"
+        # The item went back, and the lock was not taken in the child's name.
+        assert child.stdout.readline().split() == [b"1", b"False"]
+        assert child.wait(30) == 0, child.stderr.read().decode()
+    finally:
+        if child.poll() is None:
+            child.kill()
+    held.release()
+    q.put("after")
+    assert q.get(timeout=5) == "after"
+    assert full.get(timeout=5) == "kept"
+
+
+def _pipelined_waits(address, key, tag):
+    m = syncmgr.connect(address, key)
+    p = m.pipeline()
+    p(m.Queue(name=tag + "-q")).get(timeout=60)
+    p(m.Lock(name=tag + "-held")).acquire(timeout=60)
+    p.execute()
+
+
+def test_a_killed_process_with_calls_in_flight_takes_nothing(m, daemon):
+    tag = f"plkill-{os.getpid()}"
+    q, held = m.Queue(name=tag + "-q"), m.Lock(name=tag + "-held")
+    held.acquire()
+    ctx = mp.get_context("spawn")
+    child = ctx.Process(target=_pipelined_waits, args=(daemon.address, daemon.key, tag))
+    child.start()
+    def waiters():
+        return {o["name"]: o["waiters"] for o in m.status()["objects"] if o["name"].startswith(tag)}
+
+    try:
+        # Both calls of the one pipeline wait on the daemon at once.
+        assert wait_until(lambda: waiters() == {tag + "-q": 1, tag + "-held": 1}, 30), waiters()
+        assert child.is_alive()
+        os.kill(child.pid, signal.SIGKILL)
+        child.join(10)
+    finally:
+        if child.is_alive():
+            child.kill()
+    q.put("precious")
+    held.release()
+    assert q.get(timeout=5) == "precious"  # the killed get did not swallow it
+    assert held.acquire(timeout=5)  # nor did the killed acquire keep the lock
+    held.release()
+
+
+def test_threads_each_with_a_pipeline(m):
+    q = m.Queue()
+    errors = []
+
+    def work(k):
+        try:
+            p = m.pipeline()
+            for i in range(50):
+                p(q).put((k, i))
+            p.execute()
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    ts = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(30)
+    assert not errors
+    got = q.get_many(1000)
+    assert len(got) == 200
+    for k in range(4):  # each thread's puts keep their order
+        assert [i for kk, i in got if kk == k] == list(range(50))
