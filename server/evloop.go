@@ -97,7 +97,11 @@ type loopConn struct {
 	skip int64 // bytes of an oversized frame still to discard
 
 	// Output (under conn.wmu).
-	closed   bool // the loop let go: nothing more is written
+	closed bool // the loop let go: nothing more is written
+	// corked: the loop is running requests that one read brought together
+	// (a pipelining client's); their replies wait in out and go in one
+	// write when the read's requests have run (uncork).
+	corked   bool
 	out      []outChunk
 	outBytes int
 	interest uint32
@@ -475,6 +479,7 @@ func (lp *loopConn) grow() {
 // executes each request they complete. An error ends the connection.
 func (c *conn) feed(p []byte) error {
 	lp := c.lp.Load()
+	corked := false
 	for len(p) > 0 {
 		if c.ctx.Err() != nil {
 			return net.ErrClosed
@@ -503,11 +508,31 @@ func (c *conn) feed(p []byte) error {
 		if lp.got < len(lp.body) || (!lp.over && lp.got < int(lp.n)) {
 			continue
 		}
+		if len(p) > 0 && !corked { // more requests in this read: their replies go out together
+			corked = true
+			c.wmu.Lock()
+			lp.corked = true
+			c.wmu.Unlock()
+			defer c.uncork()
+		}
 		if err := c.frameDone(); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// uncork ends what feed's cork began: the replies queued meanwhile are
+// written, together, as far as the socket takes them.
+func (c *conn) uncork() {
+	lp := c.lp.Load()
+	c.wmu.Lock()
+	lp.corked = false
+	queued := len(lp.out) > 0
+	c.wmu.Unlock()
+	if queued {
+		lp.loop.flush(c)
+	}
 }
 
 // frameDone executes the frame just read in full (or, for one over
@@ -554,6 +579,22 @@ func (l *evLoop) flush(c *conn) bool {
 	}
 	var failed error
 	for len(lp.out) > 0 {
+		if len(lp.out) > 1 && lp.out[0].fd < 0 && lp.out[1].fd < 0 {
+			// Replies with no descriptor to pass: as many as one writev takes.
+			n, again, err := lp.writeChunks(&done)
+			lp.outBytes -= n
+			if n > 0 {
+				lp.progress = time.Now()
+			}
+			if err != nil {
+				failed = err
+				break
+			}
+			if again {
+				break // the socket takes nothing more now
+			}
+			continue
+		}
 		ch := &lp.out[0]
 		fd := ch.fd
 		n, err := writeOut(lp.fd, &ch.bufs, &ch.fd)
@@ -587,6 +628,40 @@ func (l *evLoop) flush(c *conn) bool {
 		return false
 	}
 	return true
+}
+
+// writeChunks writes the leading chunks of lp.out that pass no descriptor
+// in one writev (up to maxIOV buffers), moves those written in full to
+// *done, and leaves a partly written one at the head (under c.wmu).
+func (lp *loopConn) writeChunks(done *[]outChunk) (n int, again bool, err error) {
+	var all [][]byte
+	for i := range lp.out {
+		if lp.out[i].fd >= 0 || i > 0 && len(all)+len(lp.out[i].bufs) > maxIOV {
+			break
+		}
+		all = append(all, lp.out[i].bufs...)
+	}
+	n, again, errno := writevNB(uintptr(lp.fd), &all)
+	left := n
+	for len(lp.out) > 0 && lp.out[0].fd < 0 {
+		ch := &lp.out[0]
+		size := 0
+		for _, b := range ch.bufs {
+			size += len(b)
+		}
+		if left < size {
+			consume(&ch.bufs, left)
+			break
+		}
+		left -= size
+		ch.bufs = nil
+		*done = append(*done, *ch)
+		lp.out = lp.out[1:]
+	}
+	if errno != 0 {
+		return n, false, os.NewSyscallError("writev", errno)
+	}
+	return n, again, nil
 }
 
 // rearm sets the events c's loop waits for to what its output needs
@@ -662,7 +737,7 @@ func (lp *loopConn) sendLocked(c *conn, bufs [][]byte, fd int, done func(bool)) 
 	if lp.closed {
 		return false, net.ErrClosed
 	}
-	if len(lp.out) == 0 {
+	if len(lp.out) == 0 && !lp.corked {
 		if _, err := writeOut(lp.fd, &bufs, &fd); err != nil || len(bufs) == 0 {
 			return false, err
 		}
@@ -680,7 +755,9 @@ func (lp *loopConn) sendLocked(c *conn, bufs [][]byte, fd int, done func(bool)) 
 		lp.outBytes += len(b)
 	}
 	lp.out = append(lp.out, ch)
-	lp.rearm(c)
+	if !lp.corked { // (uncork flushes, and rearms then)
+		lp.rearm(c)
+	}
 	return true, nil
 }
 

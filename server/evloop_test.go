@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -157,5 +160,80 @@ func TestLoopsKeepEachConnectionsOrder(t *testing.T) {
 		if string(got) != fmt.Sprint(reqs-1) {
 			t.Fatalf("conn %d's last set: %q, want %q", c, got, fmt.Sprint(reqs-1))
 		}
+	}
+}
+
+// writeCalls is this process's count of write system calls so far
+// (/proc/self/io's syscw), which the in-process server's replies add to.
+func writeCalls(t *testing.T) int64 {
+	t.Helper()
+	data, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		t.Skipf("no /proc/self/io: %v", err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "syscw: "); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Skip("no syscw in /proc/self/io")
+	return 0
+}
+
+// Requests that arrive together (a pipelining client's, in one write) are
+// answered together: a loop writes their replies in one writev, not one
+// write each. Each reply still carries its own request's result, and a
+// request that parks is answered when it ends.
+func TestPipelinedRepliesGoOutTogether(t *testing.T) {
+	ts := startServer(t)
+	other := ts.dial(t)
+	call(t, other, "create", obj("queue", "P"))
+	r := ts.raw(t, nil)
+	const n = 64
+	var buf bytes.Buffer
+	for i := range n {
+		var f []byte
+		var err error
+		if i%2 == 0 {
+			f, err = wire.EncodeRequest(uint64(i+1), "put", obj("queue", "P", "item", []byte(fmt.Sprint(i))))
+		} else {
+			f, err = wire.EncodeRequest(uint64(i+1), "get", obj("queue", "P", "block", false))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf.Write(f)
+	}
+	parked, err := wire.EncodeRequest(n+1, "get", obj("queue", "P", "timeout", 10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf.Write(parked)
+	before := writeCalls(t)
+	if _, err := r.nc.Write(buf.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		rep := r.recv()
+		if rep.ID != uint64(i+1) || rep.Err != nil {
+			t.Fatalf("reply %d: %+v, want id %d and no error", i, rep, i+1)
+		}
+		if i%2 == 1 {
+			if got, _ := rep.Result.([]byte); string(got) != fmt.Sprint(i-1) {
+				t.Fatalf("get %d got %q, want %q", i, got, fmt.Sprint(i-1))
+			}
+		}
+	}
+	writes := writeCalls(t) - before
+	if writes > n/4 {
+		t.Fatalf("%d write calls for %d pipelined replies: they went out one by one", writes, n)
+	}
+	call(t, other, "put", obj("queue", "P", "item", []byte("late")))
+	if rep := r.recv(); rep.ID != n+1 || rep.Err != nil || string(rep.Result.([]byte)) != "late" {
+		t.Fatalf("the parked get's reply: %+v", rep)
 	}
 }

@@ -94,7 +94,7 @@ func (r *rawIO) writeBuffers(bufs [][]byte) error {
 // written from them, until all is written, the socket would block (again)
 // or a write fails (errno). It returns the bytes written.
 func writevNB(fd uintptr, bufs *[][]byte) (n int, again bool, errno syscall.Errno) {
-	var iov [8]unix.Iovec
+	var iov [maxIOV]unix.Iovec
 	for len(*bufs) > 0 {
 		k := 0
 		for _, b := range *bufs {
@@ -126,6 +126,10 @@ func writevNB(fd uintptr, bufs *[][]byte) (n int, again bool, errno syscall.Errn
 	}
 	return n, false, 0
 }
+
+// maxIOV is how many buffers one writev takes (a loop's replies to a
+// pipelining client go out together, up to this many buffers a call).
+const maxIOV = 64
 
 // consume drops the first n written bytes from bufs.
 func consume(bufs *[][]byte, n int) {
