@@ -49,6 +49,11 @@ type queueStore interface {
 	tryPutMany(items [][]byte) (ok bool, err error)
 	// tryGet removes the first item; false: none now.
 	tryGet() (item []byte, ok bool, err error)
+	// tryGetMany removes up to max items now, in order, while their sizes
+	// (each with batchItemFraming) fit budget: a get_many's items after its
+	// first. It does not wait; what it returns is the caller's, also with
+	// an error.
+	tryGetMany(max int, budget int64) ([][]byte, error)
 	// unget puts item back at the front (or hands it to a waiting
 	// getter), whatever maxsize and the limits say.
 	unget(item []byte)

@@ -54,18 +54,16 @@ func (q *Queue) GetManyGrant(ctx context.Context, max int, maxBytes int64, block
 		return Grant{}, err
 	}
 	items := [][]byte{first}
-	size := int64(len(first)) + batchItemFraming
-	for len(items) < max {
-		it, err := q.get(ctx, false, 0)
-		if err != nil {
-			break // empty now (or failed: the items taken are still the caller's)
+	if max > 1 {
+		// The rest in one go under q.mu: a ring moves items the daemon holds
+		// into shared memory once, after the batch, not between its items
+		// (each of which would then be copied back out).
+		q.mu.Lock()
+		if q.dead == nil {
+			more, _ := q.store.tryGetMany(max-1, maxBytes-int64(len(first))-batchItemFraming)
+			items = append(items, more...) // (an error leaves the items taken the caller's)
 		}
-		if size+int64(len(it))+batchItemFraming > maxBytes {
-			_ = q.Unget(it) // over the reply's budget: it stays the head
-			break
-		}
-		items = append(items, it)
-		size += int64(len(it)) + batchItemFraming
+		q.mu.Unlock()
 	}
 	return Grant{obj: q, items: items, ok: true}, nil
 }

@@ -94,6 +94,22 @@ func (s *listStore) tryGet() ([]byte, bool, error) {
 	return item, true, nil
 }
 
+func (s *listStore) tryGetMany(max int, budget int64) ([][]byte, error) {
+	var items [][]byte
+	for len(items) < max && s.items.Len() > 0 {
+		n := int64(len(s.items.Front().Value.([]byte))) + batchItemFraming
+		if n > budget {
+			break // over the reply's budget: it stays the head
+		}
+		budget -= n
+		items = append(items, s.popFront())
+	}
+	if len(items) > 0 {
+		s.admit()
+	}
+	return items, nil
+}
+
 func (s *listStore) unget(item []byte) {
 	q := s.q
 	if q.handToGetter(item) {

@@ -284,7 +284,6 @@ func (qr *ringStore) handOver(item []byte) bool {
 
 // tryGet removes the first item; called under q.mu.
 func (qr *ringStore) tryGet() (item []byte, ok bool, err error) {
-	q := qr.q
 	if !qr.r.Lock(qr.gone) {
 		return nil, false, ErrDeleted
 	}
@@ -294,32 +293,79 @@ func (qr *ringStore) tryGet() (item []byte, ok bool, err error) {
 			qr.wakeLocal()
 		}
 	}()
+	if item, ok, err = qr.take(); ok {
+		qr.settle()
+	}
+	return item, ok, err
+}
+
+// tryGetMany removes up to max items in order, within budget, under one
+// latch, and moves what over holds into the ring once, after them (so
+// that no item of over is copied into the ring and back out by the same
+// batch). Called under q.mu.
+func (qr *ringStore) tryGetMany(max int, budget int64) (items [][]byte, err error) {
+	if !qr.r.Lock(qr.gone) {
+		return nil, ErrDeleted
+	}
+	changed := false
+	defer func() {
+		qr.r.UnlockQuiet(changed)
+		if changed {
+			qr.wakeLocal()
+		}
+	}()
+	for len(items) < max {
+		item, ok, terr := qr.take()
+		if terr != nil || !ok {
+			err = terr
+			break
+		}
+		changed = true
+		n := int64(len(item)) + batchItemFraming
+		if n > budget { // over the reply's budget: it stays the head (the daemon flag sends gets here)
+			qr.front = append([][]byte{item}, qr.front...)
+			qr.q.held += ItemCost(item)
+			qr.q.lim.force(ItemCost(item))
+			break
+		}
+		budget -= n
+		items = append(items, item)
+	}
+	if changed {
+		qr.settle() // (and the flags, front's included)
+	}
+	return items, err
+}
+
+// take removes the first item, from front, the ring or over in that
+// order. Latch held, under q.mu; the caller settles.
+func (qr *ringStore) take() (item []byte, ok bool, err error) {
+	q := qr.q
 	if len(qr.front) > 0 {
 		item = qr.front[0]
 		qr.front = qr.front[1:]
 		q.uncharge(ItemCost(item))
-	} else {
-		kind, p, got, err := qr.r.Get()
-		switch {
-		case err != nil:
-			return nil, false, qr.corrupt(err)
-		case got:
-			if item = qr.fromRecord(kind, p); item == nil {
-				return nil, false, qr.corrupt(fmt.Errorf("unknown external item"))
-			}
-			if kind == statemem.RecExternal {
-				q.uncharge(ItemCost(item))
-			}
-		case len(qr.over) > 0:
-			item = qr.over[0]
-			qr.over = qr.over[1:]
-			q.uncharge(ItemCost(item))
-		default:
-			return nil, false, nil
-		}
+		return item, true, nil
 	}
-	qr.settle()
-	return item, true, nil
+	kind, p, got, err := qr.r.Get()
+	switch {
+	case err != nil:
+		return nil, false, qr.corrupt(err)
+	case got:
+		if item = qr.fromRecord(kind, p); item == nil {
+			return nil, false, qr.corrupt(fmt.Errorf("unknown external item"))
+		}
+		if kind == statemem.RecExternal {
+			q.uncharge(ItemCost(item))
+		}
+		return item, true, nil
+	case len(qr.over) > 0:
+		item = qr.over[0]
+		qr.over = qr.over[1:]
+		q.uncharge(ItemCost(item))
+		return item, true, nil
+	}
+	return nil, false, nil
 }
 
 // putExternal keeps item in the daemon and writes the 8-byte external
