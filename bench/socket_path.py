@@ -12,6 +12,7 @@ client is its own process with its own objects; syncmgr's fast path is off.
 * **batches**: one producer's ``put_many`` of 64 x 8 B while another
   process drains the Queue, items/s; ``put_many`` then ``get_many`` from
   one client, against the same items one request each;
+* **pipelines**: 10 calls in one ``m.pipeline()`` against one at a time;
 * **making a fast-path object**: a Lock create with the fast path on
   (one round trip) against the same create with it off.
 
@@ -119,6 +120,21 @@ def op_for(S: Systems, system: str, op: str) -> Callable[[], Any]:
         m = syncmgr.connect(S.d.address if system == UNIX else S.tcp, S.d.key)
         if op == "val":
             return m.Value("i", 0).get
+        if op in ("pipe10", "seq10"):
+            v, ev, pl = m.Value("i", 0), m.Event(), m.pipeline()
+
+            def pipe10() -> None:  # a learner's step: 5 Value gets and 5 is_set, one round trip
+                for _ in range(5):
+                    pl(v).get()
+                    pl(ev).is_set()
+                pl.execute()
+
+            def seq10() -> None:
+                for _ in range(5):
+                    v.get()
+                    ev.is_set()
+
+            return pipe10 if op == "pipe10" else seq10
         q = m.Queue()
         if op == "batch":
             items = [b"12345678"] * 64
@@ -268,7 +284,8 @@ def run(smoke: bool, redis: bool) -> dict[str, Any]:
     S = Systems(redis)
     rounds, secs, lat_n = (1, 0.3, 300) if smoke else (5, 2.0, 3000)
     counts = (4,) if smoke else (16, 64)
-    R: dict[str, Any] = {"systems": S.names(), "lat": {}, "tp": {}, "batch": {}, "create": {True: [], False: []}}
+    R: dict[str, Any] = {"systems": S.names(), "lat": {}, "tp": {}, "batch": {}, "pipe": {},
+                         "create": {True: [], False: []}}
     try:
         for r in range(rounds):
             order = S.names()[r % len(S.names()):] + S.names()[:r % len(S.names())]
@@ -285,6 +302,8 @@ def run(smoke: bool, redis: bool) -> dict[str, Any]:
                 for op in ("batch", "single64"):
                     us = latency(S, s, op, max(20, lat_n // 10))
                     R["batch"].setdefault((s, op), []).append(64 / us * 1e6)
+                for op in ("pipe10", "seq10"):
+                    R["pipe"].setdefault((s, op), []).append(latency(S, s, op, max(20, lat_n // 10)))
                 R["batch"].setdefault((s, "producer"), []).append(producer_items_s(S, s, 100 if smoke else 2000))
             for fast in (True, False):
                 R["create"][fast].append(create_us(S, fast, 100 if smoke else 1000))
@@ -345,6 +364,12 @@ def report(R: dict[str, Any]) -> list[str]:
           "The producer's column is that measure: put_many calls from one process while another process takes "
           "the items with get_many(4096), as an ingestion queue runs; the pair column is one client doing both, "
           "two round trips per 64 items.", ""]
+    L += ["### Pipelines: 10 calls (5 Value gets, 5 Event is_set), µs", "",
+          "| socket | `m.pipeline()`, one round trip | one call at a time | ratio |", "|---|---:|---:|---:|"]
+    for s in (UNIX, TCP):
+        pu, su = (med(R["pipe"][(s, k)]) for k in ("pipe10", "seq10"))
+        L.append(f"| {s} | {pu:.0f} | {su:.0f} | {su / pu:.1f}x faster |")
+    L.append("")
     on, off = med(R["create"][True]), med(R["create"][False])
     L += ["### Making a fast-path object", "",
           f"A named Lock create with the fast path on: {on:.0f} µs; off: {off:.0f} µs; ratio {on / off:.2f}x "
