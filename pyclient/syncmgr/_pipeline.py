@@ -102,6 +102,8 @@ def _write_back(proxy: BaseProxy, copy: BaseProxy) -> None:
 
 
 _MISSING = object()
+# The special methods a pipeline records (a dict's or a list's item access).
+_DUNDERS = frozenset({"__getitem__", "__setitem__", "__delitem__", "__len__", "__contains__"})
 
 
 class _Calls:
@@ -113,7 +115,7 @@ class _Calls:
 
     def __getattr__(self, name: str) -> Callable[..., int]:
         proxy = self._proxy
-        if name.startswith("_") and not (name.startswith("__") and name.endswith("__")):
+        if name.startswith("_") and name not in _DUNDERS:
             raise AttributeError(f"{name!r} is not a public method of {type(proxy).__name__}")
         method = getattr(type(proxy), name, None)
         if not callable(method):

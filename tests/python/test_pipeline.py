@@ -138,6 +138,8 @@ def test_what_it_takes_and_what_it_refuses(m, daemon):
         p(q)._call_blocking("get", 0.0)
     with pytest.raises(AttributeError):
         p(q).no_such_method()
+    with pytest.raises(AttributeError):
+        p(m.Lock()).__enter__()  # item access is recorded (__getitem__...), other special methods are not
     with m.pipeline() as p2:
         p2(q).put("dropped")
     assert q.qsize() == 0  # leaving the with block drops what was not executed
