@@ -82,22 +82,24 @@ class _Replay:
         return result
 
 
-def _copy(proxy: BaseProxy, transport: Any) -> BaseProxy:
-    """proxy on transport, without its fast-path methods (a pipeline's
-    calls are requests)."""
-    c = type(proxy).__new__(type(proxy))
-    c.__dict__.update(proxy.__dict__)
-    h = c.__dict__.get("_fast")
+def _copy(cls: type[BaseProxy], state: dict[str, Any], transport: Any) -> BaseProxy:
+    """A proxy of cls with state (a proxy's attributes) on transport,
+    without its fast-path methods (a pipeline's calls are requests)."""
+    c = cls.__new__(cls)
+    c.__dict__.update(state)
+    h = state.get("_fast")
     if h is not None:
         h.uninstall(c)
     c.__dict__["_client"] = transport
     return c
 
 
-def _write_back(proxy: BaseProxy, copy: BaseProxy) -> None:
-    skip = {"_client", "_fast", *getattr(proxy.__dict__.get("_fast"), "methods", ())}
+def _write_back(proxy: BaseProxy, state: dict[str, Any], copy: BaseProxy) -> None:
+    """What the method changed in copy's attributes (against state, what
+    it started from) goes to proxy."""
+    skip = {"_client", "_fast", *getattr(state.get("_fast"), "methods", ())}
     for k, v in copy.__dict__.items():
-        if k not in skip and proxy.__dict__.get(k, _MISSING) is not v:
+        if k not in skip and state.get(k, _MISSING) is not v:
             proxy.__dict__[k] = v
 
 
@@ -193,8 +195,19 @@ class Pipeline:
         reqs: list[Request] = []
         slots: list[Optional[int]] = []  # per call: its request's index, or None
         results: list[Any] = []
-        for proxy, method, args, kwargs in calls:
-            rec = _copy(proxy, _Record(self._client))
+        # Each call replays from the proxy's attributes as they were when it
+        # was recorded (an earlier call's replay may change them: the daemon
+        # run a named object was made again in, which this call's reply,
+        # sent before, does not know of).
+        for proxy, _, _, _ in calls:
+            if proxy._anon and not proxy._referenced:
+                # An anonymous object first used here (a proxy that came by
+                # pickle): the proxy itself takes the reference, which a
+                # copy would drop when it is collected.
+                proxy._args({})
+        states = [dict(proxy.__dict__) for proxy, _, _, _ in calls]
+        for (proxy, method, args, kwargs), state in zip(calls, states):
+            rec = _copy(type(proxy), state, _Record(self._client))
             try:
                 results.append(method(rec, *args, **kwargs))
                 slots.append(None)
@@ -214,14 +227,14 @@ class Pipeline:
                 if k is None:
                     continue
                 err, result = answers[k]
-                copy = _copy(proxy, _Replay(self._client, reqs[k].op, err, result))
+                copy = _copy(type(proxy), states[i], _Replay(self._client, reqs[k].op, err, result))
                 try:
                     results[i] = method(copy, *args, **kwargs)
                 except Exception as e:
                     results[i] = e
                     if first_error is None:
                         first_error = e
-                _write_back(proxy, copy)
+                _write_back(proxy, states[i], copy)
         except BaseException:  # Ctrl-C while replaying: the calls not replayed give back what they got
             for i in range(done + 1, len(calls)):
                 k = slots[i]

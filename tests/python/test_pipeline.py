@@ -16,7 +16,7 @@ import time
 import pytest
 
 import syncmgr
-from conftest import wait_until
+from conftest import start_daemon, start_daemon_proc, wait_until
 
 
 def test_results_come_back_in_order_across_families(m):
@@ -246,3 +246,46 @@ def test_threads_each_with_a_pipeline(m):
     assert len(got) == 200
     for k in range(4):  # each thread's puts keep their order
         assert [i for kk, i in got if kk == k] == list(range(50))
+
+
+def test_named_objects_lost_in_a_restart_are_made_again():
+    d = start_daemon()
+    try:
+        m = syncmgr.connect(d.address, d.key)
+        q, v = m.Queue(name="plr-q"), m.Value("i", 7, name="plr-v")
+        q.put("before")
+        d.kill()
+        start_daemon_proc(d)
+        p = m.pipeline()
+        p(q).put("after")
+        p(v).get()
+        p(q).qsize()
+        # Each call met "no such object" and made its object again (empty,
+        # with its parameters) before it ran, as a call alone does.
+        assert p.execute() == [None, 7, 1]
+        assert q.get(timeout=5) == "after"
+    finally:
+        d.close()
+
+
+def test_an_anonymous_object_first_used_in_a_pipeline_keeps_its_reference():
+    import gc
+    import pickle
+
+    d = start_daemon("--share-grace", "200ms")
+    try:
+        m = syncmgr.connect(d.address, d.key)
+        q = m.Queue()
+        q2 = pickle.loads(pickle.dumps(q))  # as a task gets it: no reference until first used
+        p = m.pipeline()
+        p(q2).put("x")
+        p(q2).qsize()
+        assert p.execute() == [None, 1]
+        del q, p
+        for _ in range(3):  # past the share grace, every queued decref sent
+            gc.collect()
+            m.status()
+            time.sleep(0.3)
+        assert q2.get(timeout=5) == "x"  # still there: q2 holds its reference
+    finally:
+        d.close()
