@@ -29,8 +29,10 @@
 // once the reply is in the socket and undoes it when the connection is gone
 // or the write fails (or its output stalls for the write timeout): no
 // handler writes an undo. In a loop, a reply the socket cannot take at once
-// waits in the connection's output queue with its grant, and the loop stops
-// reading a connection with a megabyte of replies waiting. When the connection ends, its context is cancelled, every parked
+// waits in the connection's output queue with its grant, as do the replies
+// to the requests that one read brought together (a pipelining client's),
+// which then go out in one writev; the loop stops reading a connection with
+// a megabyte of replies waiting. When the connection ends, its context is cancelled, every parked
 // request is finished, and only then is the connection's session closed, so
 // a dead client never takes a lock or a queue item. Clean-up owed when a
 // session ends is registered with Session.OnEnd, not watched from here.
