@@ -764,7 +764,7 @@ class Client:
             raise exc.from_code(err[0], err[1])
         return result
 
-    def call_many(self, reqs: list[Request]) -> list[tuple[Any, Any]]:
+    def call_many(self, reqs: list[Request], _again: bool = False) -> list[tuple[Any, Any]]:
         """Send reqs back to back on one connection (one write) and read
         their replies together: (error, result) per request, in reqs' order,
         the error None or the reply's [code, message]. The daemon runs one
@@ -793,6 +793,14 @@ class Client:
                 elif rep_id == 0 and err:
                     notice = exc.from_code(err[0], err[1])
                     self._noticed(notice)
+                    if (conn.last_used and not _again and not answers
+                            and isinstance(notice, exc.ShuttingDownError)):
+                        # As in call: a pooled connection whose daemon stopped
+                        # while it was idle refused all of them unread; they go
+                        # once more on a fresh connection.
+                        conn.close()
+                        self.close()
+                        return self.call_many(reqs, _again=True)
                     raise notice
         except KeyboardInterrupt:
             interrupted(conn)

@@ -226,6 +226,14 @@ class ListProxy(BaseProxy):
         # An empty list's items may come back as nil.
         return [_loads(b) for b in res.get("items") or ()], int(res["version"])
 
+    def _not_pipelined(self, method: str, args: tuple[Any, ...]) -> Optional[str]:
+        two = "reads the list and writes it back, two requests in the caller's order"
+        if method in ("sort", "reverse", "__imul__"):
+            return two
+        if method in ("__setitem__", "__delitem__") and args and isinstance(args[0], slice):
+            return two  # (an int index is one request)
+        return None
+
     def _rewrite(self, fn: Any) -> Any:
         """Apply fn to a copy of the list and store it if nobody wrote meanwhile."""
         for _ in range(1000):

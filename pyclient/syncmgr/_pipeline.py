@@ -22,9 +22,14 @@ in) is written back to the proxy.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
+from ._framing import body_size, encode_request
 from ._transport import Request, Undo
+
+_log = logging.getLogger("syncmgr")
 
 if TYPE_CHECKING:
     from ._connection import Client
@@ -61,6 +66,8 @@ class _Replay:
     def __init__(self, client: Client, op: str, err: Any, result: Any) -> None:
         self._client = client
         self._answer: Optional[tuple[str, Any, Any]] = (op, err, result)
+        # What the later calls got that can be given back: (undo, result).
+        self.granted: list[tuple[Undo, Any]] = []
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)
@@ -68,7 +75,10 @@ class _Replay:
     def call(self, op: str, args: dict[str, Any], *, blob_key: Optional[str] = None, blob: Any = None,
              wait: Optional[float] = 0.0, undo: Optional[Undo] = None) -> Any:
         if self._answer is None:
-            return self._client.call(op, args, blob_key=blob_key, blob=blob, wait=wait, undo=undo)
+            res = self._client.call(op, args, blob_key=blob_key, blob=blob, wait=wait, undo=undo)
+            if undo is not None:
+                self.granted.append((undo, res))
+            return res
         want, err, result = self._answer
         self._answer = None
         if op != want:  # the method asked for another op than it did when recorded: nothing of this one ran
@@ -80,6 +90,10 @@ class _Replay:
 
             raise exc.from_code(err[0], err[1])
         return result
+
+    def unused(self) -> bool:
+        """Whether the method returned without asking for its reply."""
+        return self._answer is not None
 
 
 def _copy(cls: type[BaseProxy], state: dict[str, Any], transport: Any) -> BaseProxy:
@@ -96,11 +110,17 @@ def _copy(cls: type[BaseProxy], state: dict[str, Any], transport: Any) -> BasePr
 
 def _write_back(proxy: BaseProxy, state: dict[str, Any], copy: BaseProxy) -> None:
     """What the method changed in copy's attributes (against state, what
-    it started from) goes to proxy."""
+    it started from) goes to proxy. A copy that met a restarted daemon (its
+    run changed) made its object again there: the proxy then moves to that
+    run's fast path, as a call alone moves it."""
     skip = {"_client", "_fast", *getattr(state.get("_fast"), "methods", ())}
     for k, v in copy.__dict__.items():
         if k not in skip and state.get(k, _MISSING) is not v:
             proxy.__dict__[k] = v
+    if copy.__dict__.get("_run") != state.get("_run"):
+        from . import _fast
+
+        _fast.reattach(proxy)
 
 
 _MISSING = object()
@@ -117,13 +137,21 @@ class _Calls:
 
     def __getattr__(self, name: str) -> Callable[..., int]:
         proxy = self._proxy
+        cls = type(proxy).__name__
         if name.startswith("_") and name not in _DUNDERS:
-            raise AttributeError(f"{name!r} is not a public method of {type(proxy).__name__}")
+            raise AttributeError(f"{name!r} is not a public method of {cls}")
         method = getattr(type(proxy), name, None)
         if not callable(method):
-            raise AttributeError(f"{type(proxy).__name__} has no method {name!r}")
+            raise AttributeError(f"{cls} has no method {name!r}")
 
         def record(*args: Any, **kwargs: Any) -> int:
+            why = proxy._not_pipelined(name, args)
+            if why is not None:
+                raise ValueError(f"{cls}.{name} cannot go in a pipeline: it {why}; call it on its own")
+            # The method runs twice (to record, then on its reply): a
+            # one-shot iterator (a generator of items) is read once, here.
+            args = tuple(list(a) if isinstance(a, Iterator) else a for a in args)
+            kwargs = {k: list(v) if isinstance(v, Iterator) else v for k, v in kwargs.items()}
             return self._pipeline._add(proxy, method, args, kwargs)
 
         return record
@@ -145,20 +173,32 @@ class Pipeline:
     * **Order.** The daemon runs the requests in the order recorded, each as
       it would run alone; a blocking call (a ``get`` that waits) waits
       without holding up the calls after it. They are not a transaction:
-      another client's requests may run between two of them.
+      another client's requests may run between two of them. A method that
+      needs two requests in the caller's order (a list's ``sort``, a slice
+      assignment, a Condition's or a Barrier's ``wait``) is refused when
+      recorded (ValueError).
     * **Errors.** A call that fails on the daemon had no effect, as alone.
-      ``execute()`` raises the first call's error once every call has run
-      (``raise_on_error=False`` puts the exceptions in the results instead).
-      A call refused before anything is sent (a bad argument, an item that
-      does not pickle, a request over the frame limit) raises from
-      ``execute()`` with nothing sent.
+      ``execute()`` raises the first call's error once every call has run,
+      after giving back what the other calls got (items, locks), so that
+      nothing is taken in the caller's name; what they stored stays stored.
+      With ``raise_on_error=False`` the exceptions are in the results, and
+      the other results are the caller's. A call refused before anything is
+      sent (a bad argument, an item that does not pickle, a request over the
+      frame limit) raises from ``execute()`` with nothing sent.
     * **Interrupted** (Ctrl-C) or a lost connection: nothing is taken in the
       caller's name. Calls still waiting are cancelled, and whatever a call
-      had got (an item, a lock) is given back, as for one call; a ``put``
-      already stored stays stored.
+      had got is given back, as for one call; a ``put`` already stored stays
+      stored.
+    * **Size.** The requests of one pipeline may add up to MAX_BYTES
+      (64 KiB): the daemon answers a connection's requests while the client
+      is still sending them, and with more than a socket buffer of requests
+      outstanding the two would wait on each other. A single call may be of
+      any size (its pipeline is then that call alone).
     * The pipeline is emptied by ``execute()`` and may be used again. Use a
       pipeline from one thread at a time.
     """
+
+    MAX_BYTES = 64 << 10
 
     def __init__(self, client: Client) -> None:
         self._client = client
@@ -189,23 +229,23 @@ class Pipeline:
 
     def execute(self, raise_on_error: bool = True) -> list[Any]:
         calls, self._calls = self._calls, []
-        # Recording: each call's request, or its result when the method
-        # needed no request (put_many of nothing). An error here (bad input)
-        # is raised with nothing sent.
-        reqs: list[Request] = []
-        slots: list[Optional[int]] = []  # per call: its request's index, or None
-        results: list[Any] = []
-        # Each call replays from the proxy's attributes as they were when it
-        # was recorded (an earlier call's replay may change them: the daemon
-        # run a named object was made again in, which this call's reply,
-        # sent before, does not know of).
         for proxy, _, _, _ in calls:
             if proxy._anon and not proxy._referenced:
                 # An anonymous object first used here (a proxy that came by
                 # pickle): the proxy itself takes the reference, which a
                 # copy would drop when it is collected.
                 proxy._args({})
+        # Each call is recorded and replayed from the proxy's attributes as
+        # they are now: an earlier call's replay may change them (the daemon
+        # run a named object was made again in), which this call's reply,
+        # sent with the others, does not know of.
         states = [dict(proxy.__dict__) for proxy, _, _, _ in calls]
+        # Recording: each call's request, or its result when the method
+        # needed no request (put_many of nothing). An error here (bad input)
+        # is raised with nothing sent.
+        reqs: list[Request] = []
+        slots: list[Optional[int]] = []  # per call: its request's index, or None
+        results: list[Any] = []
         for (proxy, method, args, kwargs), state in zip(calls, states):
             rec = _copy(type(proxy), state, _Record(self._client))
             try:
@@ -216,32 +256,90 @@ class Pipeline:
                 results.append(None)
                 slots.append(len(reqs))
                 reqs.append(r.req)
+        if len(reqs) > 1:
+            size = sum(body_size(encode_request(0, r.op, r.args, r.blob_key, r.blob)) for r in reqs)
+            if size > self.MAX_BYTES:
+                raise ValueError(f"a pipeline's requests add up to {size} bytes, over Pipeline.MAX_BYTES "
+                                 f"({self.MAX_BYTES}); nothing was sent: make large calls (big batches, arrays) "
+                                 "on their own or in pipelines of their own")
         answers = self._client.call_many(reqs) if reqs else []
-        # Replay: each method again, its request answered by its reply.
+        return self._replay(calls, states, slots, reqs, answers, results, raise_on_error)
+
+    def _replay(self, calls: list[tuple[BaseProxy, Callable[..., Any], tuple[Any, ...], dict[str, Any]]],
+                states: list[dict[str, Any]], slots: list[Optional[int]], reqs: list[Request],
+                answers: list[tuple[Any, Any]], results: list[Any], raise_on_error: bool) -> list[Any]:
+        """Each method again, its request answered by its reply. What the
+        methods change in their copies goes to the proxies only when
+        execute() returns; when it raises, what the calls got is given back
+        instead (each grant's undo, from its reply)."""
         first_error: Optional[BaseException] = None
-        done = 0
+        copies: list[Optional[BaseProxy]] = [None] * len(calls)
+        replays: list[Optional[_Replay]] = [None] * len(calls)
+        current = -1
         try:
             for i, (proxy, method, args, kwargs) in enumerate(calls):
-                done = i
                 k = slots[i]
                 if k is None:
                     continue
+                current = i
                 err, result = answers[k]
-                copy = _copy(type(proxy), states[i], _Replay(self._client, reqs[k].op, err, result))
+                replay = replays[i] = _Replay(self._client, reqs[k].op, err, result)
+                copy: Optional[BaseProxy] = _copy(type(proxy), states[i], replay)
                 try:
                     results[i] = method(copy, *args, **kwargs)
+                    if replay.unused():
+                        results[i] = RuntimeError("a pipelined call made no request when it was replayed")
+                        _undo(reqs[k].undo, answers[k])
+                        copy = None
                 except Exception as e:
                     results[i] = e
+                    copy = None  # (the method's own undo, if any, has run: as for a call alone)
+                if copy is None:
+                    slots[i] = None  # nothing of its reply to give back
+                    for undo, got in reversed(replay.granted):
+                        _undo(undo, (None, got))
+                    replay.granted.clear()
                     if first_error is None:
-                        first_error = e
-                _write_back(proxy, states[i], copy)
-        except BaseException:  # Ctrl-C while replaying: the calls not replayed give back what they got
-            for i in range(done + 1, len(calls)):
-                k = slots[i]
-                undo = None if k is None else reqs[k].undo
-                if k is not None and undo is not None and answers[k][0] is None:
-                    undo(answers[k][1])
+                        first_error = results[i]
+                copies[i] = copy
+            current = -1
+        except BaseException:
+            # Ctrl-C while replaying: every other call gives back what it got
+            # (the one being replayed does as a call alone would).
+            self._give_back(slots, reqs, answers, replays, skip=current)
             raise
         if raise_on_error and first_error is not None:
+            self._give_back(slots, reqs, answers, replays, skip=-1)
             raise first_error
+        for i, (proxy, _, _, _) in enumerate(calls):
+            done = copies[i]
+            if done is not None:
+                _write_back(proxy, states[i], done)
         return results
+
+    @staticmethod
+    def _give_back(slots: list[Optional[int]], reqs: list[Request], answers: list[tuple[Any, Any]],
+                   replays: list[Optional[_Replay]], skip: int) -> None:
+        """Undo what the calls got, the latest first: gets of one queue put
+        their items back at its head, so the earliest must go back last."""
+        for i in reversed(range(len(slots))):
+            if i == skip:
+                continue
+            r = replays[i]
+            for undo, got in reversed(r.granted if r is not None else []):
+                _undo(undo, (None, got))
+            k = slots[i]
+            if k is not None:
+                _undo(reqs[k].undo, answers[k])
+
+
+def _undo(undo: Optional[Undo], answer: tuple[Any, Any]) -> None:
+    """Give back what a successful request got (its undo; best effort: the
+    connection or the daemon may be gone, and then the daemon has ended the
+    session and its holds)."""
+    err, result = answer
+    if err is None and undo is not None:
+        try:
+            undo(result)
+        except Exception as e:  # noqa: BLE001 - reported; the caller's own exception goes on
+            _log.warning("could not give back the result of a pipelined call: %s", e)

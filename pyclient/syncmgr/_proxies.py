@@ -105,6 +105,14 @@ class BaseProxy:
     def _getstate(self) -> Any:
         return None
 
+    def _not_pipelined(self, method: str, args: tuple[Any, ...]) -> Optional[str]:
+        """Why the call method(*args) cannot go in a pipeline (_pipeline),
+        or None. A pipeline sends each call's first request with the
+        others' and replays the method on its reply, so a method that makes
+        a second request in the caller's order, or whose grant cannot be
+        given back, says so here (each family for its own methods)."""
+        return None
+
     @property
     def name(self) -> str:
         """The object's name on the daemon (generated for anonymous objects)."""
@@ -211,7 +219,7 @@ class AcquirerProxy(BaseProxy):
         if not blocking:
             if timeout is not None and timeout != -1:
                 raise ValueError("can't specify a timeout for a non-blocking call")
-            return self._acquired(self._call("acquire", block=False, tid=tid))
+            return self._acquired(self._call_blocking("acquire", 0.0, undo=self._undo_acquire, block=False, tid=tid))
         t = timeout_arg(True, timeout, minus_one_forever=True)
         if t is not None and t > threading.TIMEOUT_MAX:
             raise OverflowError("timeout value is too large")
@@ -501,6 +509,11 @@ class ConditionProxy(AcquirerProxy):
                 self.acquire()
             raise
 
+    def _not_pipelined(self, method: str, args: tuple[Any, ...]) -> Optional[str]:
+        if method in ("wait", "wait_for"):
+            return "gives the Condition's lock up and takes it back, in the caller's order"
+        return super()._not_pipelined(method, args)
+
     def wait_for(self, predicate: Callable[[], Any], timeout: Optional[float] = None) -> Any:
         endtime = None if timeout is None else time.monotonic() + timeout
         result = predicate()
@@ -537,6 +550,12 @@ class BarrierProxy(BaseProxy):
 
     def _getstate(self) -> Any:
         return (self._action, self._timeout)
+
+    def _not_pipelined(self, method: str, args: tuple[Any, ...]) -> Optional[str]:
+        if method == "wait":
+            return ("cannot be undone, and may run the barrier's action, which the other parties wait "
+                    "for")
+        return None
 
     def wait(self, timeout: Optional[float] = None) -> int:
         if timeout is None:

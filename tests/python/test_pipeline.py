@@ -17,6 +17,7 @@ import pytest
 
 import syncmgr
 from conftest import start_daemon, start_daemon_proc, wait_until
+from syncmgr import _fast
 
 
 def test_results_come_back_in_order_across_families(m):
@@ -106,11 +107,28 @@ def test_a_request_over_the_frame_limit_is_refused_with_nothing_sent(m):
     q = m.Queue()
     limit = m._c().max_frame
     p = m.pipeline()
-    p(q).put("first")
     p(q).put(b"x" * (limit + 1))
     with pytest.raises(syncmgr.FrameTooLargeError):
         p.execute()
     assert q.qsize() == 0
+
+
+def test_requests_over_a_socket_buffer_are_refused_with_nothing_sent(m):
+    # The client sends them all before it reads a reply, and the daemon
+    # stops reading a connection whose replies wait: with more than a
+    # socket buffer outstanding the two would wait on each other.
+    q, big = m.Queue(), m.Queue()
+    big.put(b"r" * (4 << 20))
+    p = m.pipeline()
+    p(q).put("first")
+    p(big).get()
+    p(q).put(b"x" * syncmgr.Pipeline.MAX_BYTES)
+    with pytest.raises(ValueError, match="MAX_BYTES"):
+        p.execute()
+    assert q.qsize() == 0 and big.qsize() == 1
+    p(q).put(b"x" * (4 << 20))  # one call alone may be of any size
+    assert p.execute() == [None]
+    assert len(q.get(timeout=5)) == 4 << 20
 
 
 def test_a_put_many_that_cannot_fit_stores_nothing(m):
@@ -263,6 +281,8 @@ def test_named_objects_lost_in_a_restart_are_made_again():
         # Each call met "no such object" and made its object again (empty,
         # with its parameters) before it ran, as a call alone does.
         assert p.execute() == [None, 7, 1]
+        if _fast.enabled_by_env():  # back on the fast path of the new run, as after a call alone
+            assert _fast.active(q) and _fast.active(v)
         assert q.get(timeout=5) == "after"
     finally:
         d.close()
@@ -289,3 +309,99 @@ def test_an_anonymous_object_first_used_in_a_pipeline_keeps_its_reference():
         assert q2.get(timeout=5) == "x"  # still there: q2 holds its reference
     finally:
         d.close()
+
+
+def test_when_a_call_fails_what_the_others_got_is_given_back(m):
+    q, lock, d = m.Queue(), m.Lock(), m.dict()
+    q.put("a")
+    q.put("b")
+    p = m.pipeline()
+    p(q).get()
+    p(q).get()
+    p(lock).acquire()
+    p(q).put("c")  # a put stays stored
+    p(d).__getitem__("missing")
+    with pytest.raises(KeyError):
+        p.execute()
+    assert q.get_many(10) == ["a", "b", "c"]  # back at the head, in their order
+    assert lock.acquire(False) is True  # not held in this process's name
+    lock.release()
+
+
+def test_methods_of_two_requests_are_refused_when_recorded(m):
+    lst, cond, bar = m.list([3, 1, 2]), m.Condition(), m.Barrier(2)
+    p = m.pipeline()
+    for call in (lambda: p(lst).sort(), lambda: p(lst).reverse(), lambda: p(lst).__setitem__(slice(0, 2), [9]),
+                 lambda: p(lst).__delitem__(slice(0, 1)), lambda: p(cond).wait(1), lambda: p(cond).wait_for(bool),
+                 lambda: p(bar).wait(1)):
+        with pytest.raises(ValueError, match="cannot go in a pipeline"):
+            call()
+    assert len(p) == 0
+    p(lst).__setitem__(0, 7)  # an int index is one request
+    p(lst).__delitem__(1)
+    p(lst).__getitem__(slice(0, 5))
+    assert p.execute() == [None, None, [7, 2]]
+
+
+def test_a_generator_argument_is_read_once(m):
+    q, lst = m.Queue(), m.list()
+    p = m.pipeline()
+    p(q).put_many(x for x in range(3))
+    p(lst).extend(str(x) for x in range(2))
+    assert p.execute() == [None, None]
+    assert q.get_many(10) == [0, 1, 2]
+    assert list(lst) == ["0", "1"]
+
+
+def _slow_record() -> bytes:
+    """A stored item whose unpickling sleeps 3 s (time.sleep(3))."""
+    import pickle
+
+    class Slow:
+        def __reduce__(self):
+            return (time.sleep, (3,))
+
+    return pickle.dumps(Slow(), protocol=5)
+
+
+_CHILD_REPLAY = textwrap.dedent("""
+    import sys, syncmgr
+
+    m = syncmgr.connect()
+    q = m.Queue(name=sys.argv[1])
+    p = m.pipeline()
+    for _ in range(4):
+        p(q).get(timeout=10)
+    print("ready", flush=True)
+    try:
+        p.execute()  # the second item takes 3 s to decode: Ctrl-C lands there
+        print("not interrupted", flush=True)
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+""")
+
+
+def test_ctrl_c_while_replaying_gives_back_the_other_calls_items_in_order(m, daemon):
+    tag = f"plreplay-{os.getpid()}"
+    q = m.Queue(name=tag)
+    q.put("one")
+    q._call_blocking("put", 0.0, blob_key="item", blob=_slow_record(), block=False, timeout=0.0)
+    q.put("three")
+    q.put("four")
+    child = subprocess.Popen([sys.executable, "-c", _CHILD_REPLAY, tag], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, env=daemon.env)
+    try:
+        assert child.stdout.readline().strip() == b"ready"
+        assert wait_until(lambda: q.qsize() == 0, 10)  # all four taken: now replaying
+        q.put("after")
+        time.sleep(0.5)
+        child.send_signal(signal.SIGINT)
+        assert child.stdout.readline().strip() == b"interrupted"
+        assert child.wait(30) == 0, child.stderr.read().decode()
+    finally:
+        if child.poll() is None:
+            child.kill()
+    # The calls that were not being replayed gave their items back at the
+    # head, in their order; the one being decoded when Ctrl-C came is lost
+    # with it, as a get made alone would be.
+    assert q.get_many(10) == ["one", "three", "four", "after"]
