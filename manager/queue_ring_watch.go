@@ -105,6 +105,16 @@ func (qr *ringStore) unlock(changed bool) {
 	}
 }
 
+// unlockQuiet is unlock for an op that tells the daemon's own waiters
+// itself (wakeLocal): the ring's futex is woken only for client sleepers
+// (statemem.Ring.UnlockQuiet).
+func (qr *ringStore) unlockQuiet(changed bool) {
+	qr.r.UnlockQuiet(changed)
+	if changed {
+		qr.wakeLocal()
+	}
+}
+
 // startWatch starts the watcher from seq last unless it runs (under wmu).
 func (qr *ringStore) startWatch(last uint32) {
 	if !qr.running {

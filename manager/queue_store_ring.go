@@ -174,12 +174,7 @@ func (qr *ringStore) tryPutMany(items [][]byte) (ok bool, err error) {
 		return false, ErrDeleted
 	}
 	changed := false
-	defer func() {
-		qr.r.UnlockQuiet(changed)
-		if changed {
-			qr.wakeLocal()
-		}
-	}()
+	defer func() { qr.unlockQuiet(changed) }()
 	n, room, err := qr.roomFor(len(items))
 	if !room || err != nil {
 		return false, err
@@ -287,12 +282,7 @@ func (qr *ringStore) tryGet() (item []byte, ok bool, err error) {
 	if !qr.r.Lock(qr.gone) {
 		return nil, false, ErrDeleted
 	}
-	defer func() {
-		qr.r.UnlockQuiet(ok)
-		if ok {
-			qr.wakeLocal()
-		}
-	}()
+	defer func() { qr.unlockQuiet(ok) }()
 	if item, ok, err = qr.take(); ok {
 		qr.settle()
 	}
@@ -308,12 +298,7 @@ func (qr *ringStore) tryGetMany(max int, budget int64) (items [][]byte, err erro
 		return nil, ErrDeleted
 	}
 	changed := false
-	defer func() {
-		qr.r.UnlockQuiet(changed)
-		if changed {
-			qr.wakeLocal()
-		}
-	}()
+	defer func() { qr.unlockQuiet(changed) }()
 	for len(items) < max {
 		item, ok, terr := qr.take()
 		if terr != nil || !ok {

@@ -582,10 +582,7 @@ func (l *evLoop) flush(c *conn) bool {
 		if len(lp.out) > 1 && lp.out[0].fd < 0 && lp.out[1].fd < 0 {
 			// Replies with no descriptor to pass: as many as one writev takes.
 			n, again, err := lp.writeChunks(&done)
-			lp.outBytes -= n
-			if n > 0 {
-				lp.progress = time.Now()
-			}
+			lp.wrote(n)
 			if err != nil {
 				failed = err
 				break
@@ -601,10 +598,7 @@ func (l *evLoop) flush(c *conn) bool {
 		if fd >= 0 && ch.fd < 0 { // passed: the chunk's copy is done with
 			unix.Close(fd)
 		}
-		lp.outBytes -= n
-		if n > 0 {
-			lp.progress = time.Now()
-		}
+		lp.wrote(n)
 		if err != nil {
 			failed = err
 			break
@@ -628,6 +622,14 @@ func (l *evLoop) flush(c *conn) bool {
 		return false
 	}
 	return true
+}
+
+// wrote counts n bytes of the output queue written (under c.wmu).
+func (lp *loopConn) wrote(n int) {
+	lp.outBytes -= n
+	if n > 0 {
+		lp.progress = time.Now()
+	}
 }
 
 // writeChunks writes the leading chunks of lp.out that pass no descriptor
