@@ -35,6 +35,7 @@ from ._framing import (
     Frame,
     bin_reply,
     bin_start,
+    body_size,
     check_size,
     encode_request,
     frame,
@@ -764,7 +765,8 @@ class Client:
             raise exc.from_code(err[0], err[1])
         return result
 
-    def call_many(self, reqs: list[Request], _again: bool = False) -> list[tuple[Any, Any]]:
+    def call_many(self, reqs: list[Request], max_bytes: Optional[int] = None,
+                  _again: bool = False) -> list[tuple[Any, Any]]:
         """Send reqs back to back on one connection (one write) and read
         their replies together: (error, result) per request, in reqs' order,
         the error None or the reply's [code, message]. The daemon runs one
@@ -775,9 +777,15 @@ class Client:
         every request still unanswered is cancelled on the daemon, and on a
         lost connection the daemon undoes the grants of replies it had not
         sent; either way each grant whose reply came is given back (its
-        undo) before the exception goes on."""
+        undo) before the exception goes on. With max_bytes, requests whose
+        bodies add up to more raise ValueError, nothing sent."""
         rids = [next(self._ids) for _ in reqs]
         frames = [(encode_request(rid, r.op, r.args, r.blob_key, r.blob), r.op) for rid, r in zip(rids, reqs)]
+        if max_bytes is not None:
+            size = sum(body_size(f) for f, _ in frames)
+            if size > max_bytes:
+                raise ValueError(f"the requests add up to {size} bytes, over the limit of {max_bytes}; nothing was "
+                                 "sent")
         undos = {rid: r.undo for rid, r in zip(rids, reqs)}
         answers: dict[int, tuple[Any, Any]] = {}
 
@@ -800,7 +808,7 @@ class Client:
                         # once more on a fresh connection.
                         conn.close()
                         self.close()
-                        return self.call_many(reqs, _again=True)
+                        return self.call_many(reqs, max_bytes, _again=True)
                     raise notice
         except KeyboardInterrupt:
             interrupted(conn)

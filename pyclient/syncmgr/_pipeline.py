@@ -26,7 +26,6 @@ import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from ._framing import body_size, encode_request
 from ._transport import Request, Undo
 
 _log = logging.getLogger("syncmgr")
@@ -256,13 +255,15 @@ class Pipeline:
                 results.append(None)
                 slots.append(len(reqs))
                 reqs.append(r.req)
-        if len(reqs) > 1:
-            size = sum(body_size(encode_request(0, r.op, r.args, r.blob_key, r.blob)) for r in reqs)
-            if size > self.MAX_BYTES:
-                raise ValueError(f"a pipeline's requests add up to {size} bytes, over Pipeline.MAX_BYTES "
-                                 f"({self.MAX_BYTES}); nothing was sent: make large calls (big batches, arrays) "
-                                 "on their own or in pipelines of their own")
-        answers = self._client.call_many(reqs) if reqs else []
+        try:
+            answers = self._client.call_many(reqs, self.MAX_BYTES if len(reqs) > 1 else None) if reqs else []
+        except ValueError as e:
+            from .exceptions import FrameTooLargeError
+
+            if isinstance(e, FrameTooLargeError):  # one request over the daemon's limit: its own message
+                raise
+            raise ValueError(f"a pipeline's requests must add up to at most Pipeline.MAX_BYTES: {e}: make large "
+                             "calls (big batches, arrays) on their own or in pipelines of their own") from None
         return self._replay(calls, states, slots, reqs, answers, results, raise_on_error)
 
     def _replay(self, calls: list[tuple[BaseProxy, Callable[..., Any], tuple[Any, ...], dict[str, Any]]],
