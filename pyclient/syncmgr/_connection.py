@@ -517,7 +517,7 @@ def _connect(address: str, ssl_context: Optional[ssl.SSLContext], pin: Optional[
 
 # --- the per-process client --------------------------------------------------
 
-from ._transport import Request, Undo  # noqa: E402
+from ._transport import Request, Undo, give_back  # noqa: E402
 
 
 class Client:
@@ -727,7 +727,7 @@ class Client:
         """
         rid = next(self._ids)
         req = encode_request(rid, op, args, blob_key, blob)
-        conn = self._send_with_notes([(req, op)], lambda c: self._interrupted(c, rid, undo))
+        conn = self._send_with_notes([(req, op)], lambda c: self._interrupted_many(c, {rid: undo}, {}))
         try:
             rep_id, err, result = conn.recv_reply()
             while rep_id != rid:  # a stray reply (e.g. to a cancel); skip it
@@ -746,7 +746,7 @@ class Client:
                     raise notice
                 rep_id, err, result = conn.recv_reply()
         except KeyboardInterrupt:
-            self._interrupted(conn, rid, undo)
+            self._interrupted_many(conn, {rid: undo}, {})
             raise
         except exc.SyncMgrError as e:
             conn.close()
@@ -824,8 +824,10 @@ class Client:
 
     def _interrupted_many(self, conn: Connection, undos: dict[int, Optional[Undo]],
                           answers: dict[int, tuple[Any, Any]]) -> None:
-        """Cancel every request of undos still unanswered, wait for their
-        outcomes (bounded), and give back every grant that came."""
+        """Cancel every request of undos (request id -> undo, in request
+        order) still unanswered, wait for their outcomes (bounded), and give
+        back every grant that came: a call's Ctrl-C (one request) and a
+        batch's."""
         try:
             conn.sock.settimeout(5.0)
             pending = [rid for rid in undos if rid not in answers]
@@ -840,32 +842,14 @@ class Client:
             conn.close()
         self._give_back_grants(undos, answers)
 
-    def _give_back_grants(self, undos: dict[int, Optional[Undo]], answers: dict[int, tuple[Any, Any]]) -> None:
-        """Undo each successful answer (best effort: the connection or the
-        daemon may be gone, and then the daemon has ended the session)."""
-        for rid, (err, result) in answers.items():
-            undo = undos.get(rid)
-            if err is None and undo is not None:
-                try:
-                    undo(result)
-                except Exception as e:  # noqa: BLE001 - reported, and the original exception goes on
-                    _log.warning("could not give back the result of a pipelined request: %s", e)
-
-    def _interrupted(self, conn: Connection, rid: int, undo: Optional[Undo]) -> None:
-        """Cancel rid on the daemon and give back a grant that raced in."""
-        try:
-            conn.sock.settimeout(5.0)
-            conn.send_requests([encode_request(0, "cancel", {"id": rid})])
-            while True:
-                rep_id, err, result = conn.recv_reply()
-                if rep_id == rid:
-                    break
-            conn.sock.settimeout(None)
-            self._give_back(conn)
-            if err is None and undo is not None:
-                undo(result)
-        except BaseException:
-            conn.close()
+    @staticmethod
+    def _give_back_grants(undos: dict[int, Optional[Undo]], answers: dict[int, tuple[Any, Any]]) -> None:
+        """Give back each successful answer's grant, the latest request
+        first: gets of one queue put their items back at its head, so the
+        earliest must go back last (undos is in request order)."""
+        for rid in reversed(undos):
+            if rid in answers:
+                give_back(undos[rid], answers[rid])
 
     def close(self) -> None:
         """Close every idle connection (a call afterwards reconnects)."""

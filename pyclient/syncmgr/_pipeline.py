@@ -22,13 +22,10 @@ in) is written back to the proxy.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from ._transport import Request, Undo
-
-_log = logging.getLogger("syncmgr")
+from ._transport import Request, Undo, give_back
 
 if TYPE_CHECKING:
     from ._connection import Client
@@ -81,8 +78,7 @@ class _Replay:
         want, err, result = self._answer
         self._answer = None
         if op != want:  # the method asked for another op than it did when recorded: nothing of this one ran
-            if err is None and undo is not None:
-                undo(result)
+            give_back(undo, (err, result))
             raise RuntimeError(f"a pipelined call asked for {want!r} when recorded and {op!r} when replayed")
         if err is not None:
             from . import exceptions as exc
@@ -93,6 +89,12 @@ class _Replay:
     def unused(self) -> bool:
         """Whether the method returned without asking for its reply."""
         return self._answer is not None
+
+    def give_back_later(self) -> None:
+        """Give back what the later calls got, the latest first."""
+        for undo, got in reversed(self.granted):
+            give_back(undo, (None, got))
+        self.granted.clear()
 
 
 def _copy(cls: type[BaseProxy], state: dict[str, Any], transport: Any) -> BaseProxy:
@@ -290,16 +292,14 @@ class Pipeline:
                     results[i] = method(copy, *args, **kwargs)
                     if replay.unused():
                         results[i] = RuntimeError("a pipelined call made no request when it was replayed")
-                        _undo(reqs[k].undo, answers[k])
+                        give_back(reqs[k].undo, answers[k])
                         copy = None
                 except Exception as e:
                     results[i] = e
                     copy = None  # (the method's own undo, if any, has run: as for a call alone)
                 if copy is None:
                     slots[i] = None  # nothing of its reply to give back
-                    for undo, got in reversed(replay.granted):
-                        _undo(undo, (None, got))
-                    replay.granted.clear()
+                    replay.give_back_later()
                     if first_error is None:
                         first_error = results[i]
                 copies[i] = copy
@@ -327,20 +327,8 @@ class Pipeline:
             if i == skip:
                 continue
             r = replays[i]
-            for undo, got in reversed(r.granted if r is not None else []):
-                _undo(undo, (None, got))
+            if r is not None:
+                r.give_back_later()
             k = slots[i]
             if k is not None:
-                _undo(reqs[k].undo, answers[k])
-
-
-def _undo(undo: Optional[Undo], answer: tuple[Any, Any]) -> None:
-    """Give back what a successful request got (its undo; best effort: the
-    connection or the daemon may be gone, and then the daemon has ended the
-    session and its holds)."""
-    err, result = answer
-    if err is None and undo is not None:
-        try:
-            undo(result)
-        except Exception as e:  # noqa: BLE001 - reported; the caller's own exception goes on
-            _log.warning("could not give back the result of a pipelined call: %s", e)
+                give_back(reqs[k].undo, answers[k])

@@ -52,9 +52,23 @@ from a finalizer); it does no I/O and goes out with the next call.
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable, NamedTuple, Optional, Protocol
 
 Undo = Callable[[Any], None]
+
+
+def give_back(undo: Optional[Undo], answer: tuple[Any, Any]) -> None:
+    """Give back what a request got, from its answer (error, result): its
+    undo, when it succeeded. Best effort, for a caller whose own exception
+    goes on: the connection or the daemon may be gone (and then the daemon
+    has ended the session and what it held), so a failure is logged."""
+    err, result = answer
+    if err is None and undo is not None:
+        try:
+            undo(result)
+        except Exception as e:  # noqa: BLE001 - reported; the caller's exception goes on
+            logging.getLogger("syncmgr").warning("could not give back what a request got: %s", e)
 
 
 class Request(NamedTuple):

@@ -131,7 +131,7 @@ def loads_many(datas: list[Any]) -> list[Any]:
     C when the extension is there (the same values as loads gives), the
     rest by loads."""
     if _loads_bins is not None and type(datas) is list:
-        return list(_loads_bins(datas, loads))
+        return _loads_bins(datas, loads)
     return [loads(d) for d in datas]
 
 

@@ -169,7 +169,8 @@ _CHILD = textwrap.dedent("""
     tag = sys.argv[1]
     q, held, full = m.Queue(name=tag + "-q"), m.Lock(name=tag + "-held"), m.Queue(name=tag + "-full")
     p = m.pipeline()
-    p(full).get(timeout=30)      # answered at once: an item this process then holds
+    p(full).get(timeout=30)      # answered at once: two items this process then holds
+    p(full).get(timeout=30)
     p(held).acquire(timeout=30)  # waits: the parent holds it
     p(q).get(timeout=30)         # waits: empty
     print("ready", flush=True)
@@ -185,18 +186,19 @@ _CHILD = textwrap.dedent("""
 def test_ctrl_c_gives_back_what_the_calls_got(m, daemon):
     tag = f"plint-{os.getpid()}"
     q, held, full = m.Queue(name=tag + "-q"), m.Lock(name=tag + "-held"), m.Queue(name=tag + "-full")
-    full.put("kept")
+    full.put("kept-1")
+    full.put("kept-2")
     held.acquire()
     child = subprocess.Popen([sys.executable, "-c", _CHILD, tag], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              env=daemon.env)
     try:
         assert child.stdout.readline().strip() == b"ready"
-        assert wait_until(lambda: full.qsize() == 0, 10)  # the pipeline's first get took the item
+        assert wait_until(lambda: full.qsize() == 0, 10)  # the pipeline's first gets took the items
         time.sleep(0.3)  # the other two wait on the daemon
         child.send_signal(signal.SIGINT)
         assert child.stdout.readline().strip() == b"interrupted"
         # The item went back, and the lock was not taken in the child's name.
-        assert child.stdout.readline().split() == [b"1", b"False"]
+        assert child.stdout.readline().split() == [b"2", b"False"]
         assert child.wait(30) == 0, child.stderr.read().decode()
     finally:
         if child.poll() is None:
@@ -204,7 +206,7 @@ def test_ctrl_c_gives_back_what_the_calls_got(m, daemon):
     held.release()
     q.put("after")
     assert q.get(timeout=5) == "after"
-    assert full.get(timeout=5) == "kept"
+    assert full.get_many(10) == ["kept-1", "kept-2"]  # back at the head, in their order
 
 
 def _pipelined_waits(address, key, tag):
