@@ -307,10 +307,8 @@ func (qr *ringStore) tryGetMany(max int, budget int64) (items [][]byte, err erro
 		}
 		changed = true
 		n := int64(len(item)) + batchItemFraming
-		if n > budget { // over the reply's budget: it stays the head (the daemon flag sends gets here)
-			qr.front = append([][]byte{item}, qr.front...)
-			qr.q.held += ItemCost(item)
-			qr.q.lim.force(ItemCost(item))
+		if n > budget { // over the reply's budget: it stays the head
+			qr.pushFront(item)
 			break
 		}
 		budget -= n
@@ -461,10 +459,18 @@ func (qr *ringStore) unget(item []byte) {
 		return
 	}
 	defer qr.unlock(true)
-	qr.front = append([][]byte{item}, qr.front...)
-	q.held += ItemCost(item)
-	q.lim.force(ItemCost(item))
+	qr.pushFront(item)
 	qr.setFlags()
+}
+
+// pushFront puts item back at the head, in front, counted whatever the
+// limits say (an item given back must not fail); the caller sets the
+// flags, whose daemon flag then sends every op to the daemon. Latch held,
+// under q.mu.
+func (qr *ringStore) pushFront(item []byte) {
+	qr.front = append([][]byte{item}, qr.front...)
+	qr.q.held += ItemCost(item)
+	qr.q.lim.force(ItemCost(item))
 }
 
 // admit lets in nobody: the daemon's putters on a ring try again whenever
