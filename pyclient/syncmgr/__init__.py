@@ -20,8 +20,11 @@ Where things live (each module's docstring says more):
 * ``_transport.py``: the interface proxies call (``call``/``notify``), with
   its contract: an error means no effect; an interrupted wait is cancelled
   and its grant given back.
-* ``_connection.py``: the socket transport (pool, handshake, key lookup);
-  ``_framing.py``: frame layout and the size check, no I/O.
+* ``_connection.py``: the socket transport (the per-process client: its
+  pool of connections, calls, batches of calls, routes and key lookup);
+  ``_conn.py``: one connection (its socket, handshake and frames);
+  ``_framing.py``: frame layout and the size check, no I/O;
+  ``_pipeline.py``: several proxy calls in one round trip.
 * ``exceptions.py``: the exception tree and the one table from wire error
   codes to classes.
 

@@ -285,7 +285,7 @@ class PrivateDaemon:
                     os.unlink(once_key)  # read at start; the daemon never reads it again
 
     def _start(self, cmd: list[str], env: dict[str, str], timeout: float) -> PrivateDaemon:
-        from ._connection import Connection  # late: _connection imports this module's key helpers
+        from ._conn import Connection  # late: _conn imports this module's key helpers
 
         if self.shield:
             cmd = ["/bin/sh", "-c", _SHIELD, "sh", *cmd, *self.args]

@@ -1,6 +1,6 @@
 """The client's side of the handshake (docs/protocol.md section 3), without
 I/O, and the label a process presents in it: the blocking connection
-(_connection.py) and the asyncio one (aio.py) drive the same steps."""
+(_conn.py) and the asyncio one (aio.py) drive the same steps."""
 
 from __future__ import annotations
 

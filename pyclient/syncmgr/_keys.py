@@ -156,7 +156,7 @@ def key_and_source_for(address: str) -> tuple[bytes, str]:
         return key, "the syncmgr.key file beside the socket"
     if have_env:
         return key_and_source_from_env()
-    from ._connection import _connect  # noqa: PLC0415 - _connection imports this module
+    from ._conn import _connect  # noqa: PLC0415 - _conn imports this module
 
     _connect(address, None).close()  # no daemon there: say that first
     raise exc.AuthenticationError(

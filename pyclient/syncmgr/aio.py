@@ -62,10 +62,9 @@ import msgpack
 from . import _proxies, _values
 from . import exceptions as exc
 from ._args import check_count, timeout_arg
+from ._conn import CONNECT_TIMEOUT, _check_server_uid
 from ._connection import (
-    CONNECT_TIMEOUT,
     Route,
-    _check_server_uid,
     fresh_route,
     get_client,
     session_id,

@@ -20,7 +20,7 @@ import pytest
 
 import syncmgr
 from conftest import BIN, start_daemon, wait_until
-from syncmgr import _connection, _fast
+from syncmgr import _conn, _connection, _fast
 
 
 def _waiting(d) -> int:
@@ -50,7 +50,7 @@ def test_right_key_is_never_refused_after_others_wrong_keys(monkeypatch):
         m = syncmgr.connect(d.address, d.key)
         q = m.Queue()
         wrong = bytes(b ^ 0xFF for b in d.key)
-        monkeypatch.setattr(_connection, "CONNECT_TIMEOUT", 0.3)
+        monkeypatch.setattr(_conn, "CONNECT_TIMEOUT", 0.3)
         answered = slowed = 0
         for _ in range(12):  # past the back-off's start (5 failures)
             try:
@@ -60,7 +60,7 @@ def test_right_key_is_never_refused_after_others_wrong_keys(monkeypatch):
             except syncmgr.ConnectError:
                 slowed += 1  # the answer waits out the back-off
         assert slowed > 0 and answered >= 4, (answered, slowed)
-        monkeypatch.setattr(_connection, "CONNECT_TIMEOUT", 10.0)
+        monkeypatch.setattr(_conn, "CONNECT_TIMEOUT", 10.0)
         # A process connected before: a second connection while its first
         # waits in a get (old daemons: LimitError), and new processes' clients.
         t, box = _run_bg(q.get, True, 30)

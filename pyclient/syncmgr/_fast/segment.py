@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from .. import _connection
 from .. import exceptions as exc
-from .._connection import Client, Connection
+from .._conn import Connection, _notice_in
+from .._connection import Client
 from .._framing import encode_request
 
 if TYPE_CHECKING:
@@ -131,7 +132,7 @@ class FastPath:
             pass
         # Before the sleepers wake: their calls go to the socket path, and
         # the client then says "shutting down", not "gone".
-        self.client._noticed(_connection._notice_in(got))
+        self.client._noticed(_notice_in(got))
         self.ok = False
         self.seg.detach()  # sleepers leave their waits for the socket path
         for h in list(self.handles):
