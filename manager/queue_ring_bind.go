@@ -202,6 +202,21 @@ func (q *Queue) RingPassed(slot Slot) {
 	}
 }
 
+// HasRing reports whether the session in slot was given q's ring and
+// lives: its client can take the ring's items from shared memory itself.
+func (q *Queue) HasRing(slot Slot) bool {
+	q.mu.Lock()
+	qr, ok := q.store.(*ringStore)
+	q.mu.Unlock()
+	if !ok || slot == 0 {
+		return false
+	}
+	qr.wmu.Lock()
+	defer qr.wmu.Unlock()
+	_, user := qr.users[uint32(slot)]
+	return user
+}
+
 // releaseQueueSlots lets go of the latch and the waiter counts of a
 // session that ended, on every ring, and forgets it as a user of each. It
 // takes no lock the daemon's ops hold while they wait for a latch.

@@ -156,3 +156,48 @@ func TestQueueRingKeepsLargeSocketItems(t *testing.T) {
 		}
 	}
 }
+
+// A batch whose next item is over its byte budget stops before that item
+// and leaves it where it is, in the ring: moved to the front, it would set
+// RingFlagDaemon and send every client's op to the daemon until the daemon
+// had handed it out (the reply budget of a client that has the ring, whose
+// gets through the daemon then went one item per round trip).
+func TestQueueRingBatchStopsBeforeAnItemOverBudget(t *testing.T) {
+	m, _ := fastManager(t)
+	q := ringQueue(t, m, "budget", 0)
+	q.RingPassed(7)
+	if !q.HasRing(7) || q.HasRing(8) {
+		t.Fatal("HasRing does not follow RingPassed")
+	}
+	r := q.Ring()
+	ctx := testCtx(t)
+	var want [][]byte
+	for i := 0; i < 4; i++ {
+		it := bytes.Repeat([]byte{byte(i)}, 2*SocketKeepMin)
+		if err := q.Put(ctx, it, false, 0); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, it)
+	}
+	g, err := q.GetManyGrant(ctx, 10, SocketKeepMin, false, 0)
+	if err != nil || len(g.Items()) != 1 || !bytes.Equal(g.Items()[0], want[0]) {
+		t.Fatalf("got %d items (%v), want the first alone", len(g.Items()), err)
+	}
+	g.Commit()
+	if f := r.Flags(); f&statemem.RingFlagDaemon != 0 {
+		t.Fatalf("flags %#x: the item over the budget left the ring for the daemon's front", f)
+	}
+	if items, _, err := r.Len(); err != nil || items != 3 {
+		t.Fatalf("the ring holds %d items (%v), want the other 3", items, err)
+	}
+	g, err = q.GetManyGrant(ctx, 10, 64<<20, false, 0)
+	if err != nil || len(g.Items()) != 3 {
+		t.Fatalf("then %d items (%v), want 3", len(g.Items()), err)
+	}
+	for i, it := range g.Items() {
+		if !bytes.Equal(it, want[i+1]) {
+			t.Fatalf("item %d out of order", i+1)
+		}
+	}
+	g.Commit()
+}

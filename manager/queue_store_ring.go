@@ -300,6 +300,9 @@ func (qr *ringStore) tryGetMany(max int, budget int64) (items [][]byte, err erro
 	changed := false
 	defer func() { qr.unlockQuiet(changed) }()
 	for len(items) < max {
+		if size, ok := qr.nextSize(); !ok || int64(size)+batchItemFraming > budget {
+			break // an item over the reply's budget stays where it is (not in front, where it would send every client to the daemon)
+		}
 		item, ok, terr := qr.take()
 		if terr != nil || !ok {
 			err = terr
@@ -307,7 +310,7 @@ func (qr *ringStore) tryGetMany(max int, budget int64) (items [][]byte, err erro
 		}
 		changed = true
 		n := int64(len(item)) + batchItemFraming
-		if n > budget { // over the reply's budget: it stays the head
+		if n > budget { // (the ring's record changed under the latch: a scribbling client)
 			qr.pushFront(item)
 			break
 		}
@@ -318,6 +321,27 @@ func (qr *ringStore) tryGetMany(max int, budget int64) (items [][]byte, err erro
 		qr.settle() // (and the flags, front's included)
 	}
 	return items, err
+}
+
+// nextSize is the size of the item take would return, and false when the
+// queue holds none (or the ring's head record is not readable; take then
+// says why). Latch held, under q.mu.
+func (qr *ringStore) nextSize() (int, bool) {
+	if len(qr.front) > 0 {
+		return len(qr.front[0]), true
+	}
+	kind, p, got, err := qr.r.Head()
+	switch {
+	case err != nil:
+		return 0, true // take reports the corruption
+	case got && kind == statemem.RecExternal:
+		return len(qr.ext[binary.LittleEndian.Uint64(p)]), true
+	case got:
+		return len(p), true
+	case len(qr.over) > 0:
+		return len(qr.over[0]), true
+	}
+	return 0, false
 }
 
 // take removes the first item, from front, the ring or over in that

@@ -153,6 +153,14 @@ func opGetMany(c *conn, id uint64, a wire.Args) (any, manager.Grant, error) {
 	}
 	max := int(min(n, 1<<20))
 	budget := int64(c.srv.cfg.MaxFrame) - 64 // the reply's envelope is under 64 bytes
+	if q.HasRing(c.sess.Slot()) {
+		// A client with the ring asks only when the ring had nothing for it
+		// (or the daemon holds the head): it gets its first item here and
+		// takes the rest from shared memory, where the daemon settles what
+		// it holds after this batch. Copying them out of the ring into the
+		// reply cost the daemon a copy and the socket two per item.
+		budget = min(budget, manager.SocketKeepMin)
+	}
 	reply := func(g manager.Grant) any {
 		if items := g.Items(); items != nil {
 			return items

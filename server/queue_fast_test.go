@@ -121,3 +121,54 @@ func TestQueueAttachPassesASealedRing(t *testing.T) {
 		t.Fatalf("TCP attach: %+v", rep)
 	}
 }
+
+// A get_many from a session that has the queue's ring takes its first item
+// and leaves the rest to be read from shared memory (its client asks only
+// when the ring had nothing for it): 1 MiB arrays copied out of the ring
+// into replies cost a remote producer's local consumer three copies each.
+// A session without the ring still gets the whole batch in one reply.
+func TestGetManyForARingHolderTakesTheFirstItem(t *testing.T) {
+	seg, err := statemem.Create(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { seg.Close() })
+	ts := startServer(t)
+	ts.srv.Manager().EnableFastPath(seg)
+
+	holder, other := ts.raw(t, []byte("ring-holder")), ts.raw(t, []byte("socket-only"))
+	holder.send(1, wire.OpCreate, map[string]any{"kind": "queue", "name": "bq"})
+	holder.recv()
+	holder.send(2, wire.OpQueueAttach, map[string]any{"kind": "queue", "name": "bq"})
+	if rep := holder.recv(); rep.Err != nil { // (a plain read: the kernel closes the passed descriptor)
+		t.Fatal(rep.Err)
+	}
+	item := func(i int) []byte { return bytes.Repeat([]byte{byte(i)}, 100<<10) }
+	for i := 0; i < 4; i++ {
+		other.send(uint64(10+i), wire.OpPut, map[string]any{"kind": "queue", "name": "bq", "item": item(i)})
+		if rep := other.recv(); rep.Err != nil {
+			t.Fatal(rep.Err)
+		}
+	}
+	getMany := func(c *rawConn, id uint64) []any {
+		c.send(id, wire.OpGetMany, map[string]any{"kind": "queue", "name": "bq", "n": 10, "block": false})
+		rep := c.recv()
+		if rep.Err != nil {
+			t.Fatal(rep.Err)
+		}
+		items, _ := rep.Result.([]any)
+		return items
+	}
+	if got := getMany(holder, 20); len(got) != 1 || !bytes.Equal(got[0].([]byte), item(0)) {
+		t.Fatalf("the ring holder got %d items, want the first alone", len(got))
+	}
+	got := getMany(other, 21)
+	if len(got) != 3 {
+		t.Fatalf("a socket-only session got %d items, want the other 3", len(got))
+	}
+	for i, it := range got {
+		if !bytes.Equal(it.([]byte), item(i+1)) {
+			t.Fatalf("item %d out of order", i+1)
+		}
+	}
+}

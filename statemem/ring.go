@@ -547,9 +547,43 @@ func (r *Ring) header(idx uint64, n, kind uint32) {
 // Get removes the head record and returns its kind and a copy of its
 // payload; ok is false when the ring is empty (under the latch).
 func (r *Ring) Get() (kind uint32, p []byte, ok bool, err error) {
+	h, ok, err := r.headRecord()
+	if !ok {
+		return 0, nil, false, err
+	}
+	p = make([]byte, h.n)
+	copy(p, r.mem[RingHeader+h.idx+recHeader:])
+	atomic.StoreUint64(r.word(ringOffHead), (h.hp+h.adv)&ringPosMask|((h.hn+1)&ringCountMax)<<ringPosBits)
+	return h.kind, p, true, nil
+}
+
+// Head returns the head record's kind and a view of its payload without
+// removing it (under the latch; the view is valid until the latch is let
+// go, and is data, as every word read from the ring).
+func (r *Ring) Head() (kind uint32, p []byte, ok bool, err error) {
+	h, ok, err := r.headRecord()
+	if !ok {
+		return 0, nil, false, err
+	}
+	start := RingHeader + h.idx + recHeader
+	return h.kind, r.mem[start : start+uint64(h.n) : start+uint64(h.n)], true, nil
+}
+
+// record is where the head record lies: the head word it was found from
+// (position and count), its payload's index and length, its kind, and how
+// far the head moves past it (with a pad record before it).
+type record struct {
+	hp, hn, idx, adv uint64
+	n, kind          uint32
+}
+
+// headRecord finds the head record, following a pad, and checks that it
+// lies within the ring and the used bytes; ok is false when the ring is
+// empty or corrupt (err says which).
+func (r *Ring) headRecord() (h record, ok bool, err error) {
 	items, used, err := r.Len()
 	if err != nil || items == 0 {
-		return 0, nil, false, err
+		return h, false, err
 	}
 	hp, hn := r.head()
 	idx := hp & (r.cap - 1)
@@ -561,16 +595,13 @@ func (r *Ring) Get() (kind uint32, p []byte, ok bool, err error) {
 		n, kind = r.readHeader(idx)
 	}
 	if kind != RecItem && kind != RecExternal || uint64(n) > r.cap-idx-recHeader {
-		return 0, nil, false, ErrRingCorrupt
+		return h, false, ErrRingCorrupt
 	}
 	adv += recHeader + pad8(uint64(n))
 	if adv > used || kind == RecExternal && n != 8 {
-		return 0, nil, false, ErrRingCorrupt
+		return h, false, ErrRingCorrupt
 	}
-	p = make([]byte, n)
-	copy(p, r.mem[RingHeader+idx+recHeader:])
-	atomic.StoreUint64(r.word(ringOffHead), (hp+adv)&ringPosMask|((hn+1)&ringCountMax)<<ringPosBits)
-	return kind, p, true, nil
+	return record{hp: hp, hn: hn, idx: idx, adv: adv, n: n, kind: kind}, true, nil
 }
 
 func (r *Ring) readHeader(idx uint64) (uint32, uint32) {

@@ -108,3 +108,59 @@ func TestRingReleaseLatch(t *testing.T) {
 		t.Fatalf("total sleepers %d, want 0 (3 less the 2 of slot 7 less slot 9's 1)", n)
 	}
 }
+
+// Head shows the record Get would remove, across a pad record too, and
+// leaves it in the ring.
+func TestRingHeadLeavesTheRecord(t *testing.T) {
+	r := newTestRing(t, 0)
+	if !r.Lock(func(uint32) bool { return false }) {
+		t.Fatal("lock")
+	}
+	defer r.Unlock(true)
+	if _, _, ok, err := r.Head(); ok || err != nil {
+		t.Fatalf("an empty ring's head: %v %v", ok, err)
+	}
+	pads := 0
+	for i := 0; i < 40; i++ { // sizes that leave a pad record at the area's end
+		p := bytes.Repeat([]byte{byte(i)}, 100+i*7)
+		for {
+			ok, err := r.Fits(uint64(len(p)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok {
+				break
+			}
+			if _, _, _, err := r.Get(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r.Put(RecItem, p)
+		for {
+			hk, hp, ok, err := r.Head()
+			if err != nil || !ok {
+				t.Fatalf("head: %v %v", ok, err)
+			}
+			items, _, _ := r.Len()
+			head := append([]byte(nil), hp...)
+			before, _ := r.head()
+			kind, got, ok, err := r.Get()
+			if after, _ := r.head(); after-before > recHeader+pad8(uint64(len(got))) {
+				pads++
+			}
+			if err != nil || !ok || kind != hk || !bytes.Equal(got, head) {
+				t.Fatalf("item %d: head %d bytes (kind %d), then Get %d bytes (kind %d) %v %v", i, len(head), hk, len(got), kind, ok, err)
+			}
+			if after, _, _ := r.Len(); after != items-1 {
+				t.Fatalf("Head took a record: %d items, then %d after one Get", items, after)
+			}
+			if items == 1 {
+				r.Put(RecItem, got) // keep the ring busy for the next lap
+				break
+			}
+		}
+	}
+	if pads == 0 {
+		t.Fatal("no head record lay past a pad record: the test did not wrap")
+	}
+}
