@@ -22,7 +22,11 @@
 // connection's requests in order. Otherwise (always for TLS, or when
 // Config.EventLoops is negative) a connection is served by a goroutine of
 // its own that does the same for it alone (conn.loop); a Unix one moves
-// into a loop between two requests once the server is busy. Either way, a request
+// into a loop between two requests once the server is busy. Plain
+// connections and, below crypto/tls, TLS ones read and write their socket
+// by raw system calls on its non-blocking descriptor and wait through the
+// runtime's poller only when it is not ready (rawio.go; listen.go's
+// sniffConn for TLS). Either way, a request
 // that has to wait is parked in a goroutine of its own with a context
 // derived from the connection's. Whether it replies at once or later, a
 // granting op's reply goes through conn.deliver, which commits the grant

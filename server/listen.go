@@ -196,13 +196,20 @@ func (l sniffListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &sniffConn{Conn: c}, nil
+	return &sniffConn{Conn: c, raw: newRawIO(c)}, nil
 }
 
 // sniffConn answers a silent peer with a plaintext error frame on its first
 // read (which the TLS server makes to get the client's hello).
+//
+// After that first read, its records are read and written by raw system
+// calls (rawIO), as a plain connection's frames are: crypto/tls reads a
+// 1 MiB item as some 64 records, and a read through the runtime's ordinary
+// system call path woke its monitor thread, a context switch, for many of
+// them.
 type sniffConn struct {
 	net.Conn
+	raw    *rawIO // nil: the plain net.Conn's methods
 	first  bool
 	readDL time.Time   // the read deadline the TLS server asked for
 	spoke  atomic.Bool // the peer has sent bytes (its TLS handshake): see admission
@@ -218,9 +225,25 @@ func (c *sniffConn) SetReadDeadline(t time.Time) error {
 	return c.Conn.SetReadDeadline(t)
 }
 
+func (c *sniffConn) Write(b []byte) (int, error) {
+	if c.raw == nil {
+		return c.Conn.Write(b)
+	}
+	if err := c.raw.writeBuffers([][]byte{b}); err != nil {
+		return 0, err
+	}
+	return len(b), nil
+}
+
 func (c *sniffConn) Read(b []byte) (int, error) {
 	if c.first {
-		n, err := c.Conn.Read(b)
+		var n int
+		var err error
+		if c.raw != nil {
+			n, err = c.raw.Read(b)
+		} else {
+			n, err = c.Conn.Read(b)
+		}
 		if n > 0 {
 			c.spoke.Store(true)
 		}

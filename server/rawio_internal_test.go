@@ -2,6 +2,8 @@ package server
 
 import (
 	"bytes"
+	"crypto/tls"
+	"errors"
 	"io"
 	"net"
 	"testing"
@@ -77,4 +79,65 @@ func unixPair(t *testing.T) (net.Conn, net.Conn) {
 	b := <-ch
 	t.Cleanup(func() { a.Close(); b.Close() })
 	return a, b
+}
+
+// A TLS connection's records go through raw I/O once the sniff read is
+// done: 4 MiB each way across full socket buffers, and a read deadline
+// still ends a read that nothing answers, as a timeout.
+func TestTLSRecordsUseRawIO(t *testing.T) {
+	cfg, _, err := SelfSignedTLS("127.0.0.1", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := ListenTCP("127.0.0.1:0", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	big := bytes.Repeat([]byte("0123456789abcdef"), 1<<18)
+	served := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			served <- err
+			return
+		}
+		defer c.Close()
+		if sc, ok := c.(*tls.Conn).NetConn().(*sniffConn); !ok || sc.raw == nil {
+			served <- errors.New("the accepted TLS connection has no raw I/O")
+			return
+		}
+		got := make([]byte, len(big))
+		if _, err := io.ReadFull(c, got); err != nil || !bytes.Equal(got, big) {
+			served <- errors.Join(errors.New("the server read other bytes"), err)
+			return
+		}
+		if _, err := c.Write(got); err != nil {
+			served <- err
+			return
+		}
+		_ = c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+		var ne net.Error
+		if _, err := c.Read(got[:1]); !errors.As(err, &ne) || !ne.Timeout() {
+			served <- errors.Join(errors.New("a read past its deadline did not time out"), err)
+			return
+		}
+		served <- nil
+	}()
+	c, err := tls.Dial("tcp", ln.Addr().String(), &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // a test's own certificate
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write(big); err != nil {
+		t.Fatal(err)
+	}
+	back := make([]byte, len(big))
+	if _, err := io.ReadFull(c, back); err != nil || !bytes.Equal(back, big) {
+		t.Fatalf("read back: %v", err)
+	}
+	if err := <-served; err != nil {
+		t.Fatal(err)
+	}
 }
