@@ -55,16 +55,21 @@ func futexWaitWord(w *uint64, val uint32, d time.Duration) {
 	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWait, uintptr(val), uintptr(tsp), 0, 0)
 }
 
+// The wakes are raw system calls: FUTEX_WAKE never blocks, and the
+// runtime's bookkeeping around an ordinary one (entersyscall, which wakes
+// its monitor thread once that has gone to sleep) cost more than the call,
+// at every ring op that changes what a sleeper waits for.
+
 // WakeAll wakes every process asleep on the word at w.
 func WakeAll(w *uint64) {
-	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWake, uintptr(1<<31-1), 0, 0, 0)
+	unix.RawSyscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWake, uintptr(1<<31-1), 0, 0, 0)
 }
 
 // WakeOne wakes one process asleep on the word at w (the kernel wakes them
 // in arrival order): a Lock's release. It returns how many it woke (0 or
 // 1; -1 on an error).
 func WakeOne(w *uint64) int {
-	n, _, errno := unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWake, 1, 0, 0, 0)
+	n, _, errno := unix.RawSyscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWake, 1, 0, 0, 0)
 	if errno != 0 {
 		return -1
 	}
@@ -74,7 +79,7 @@ func WakeOne(w *uint64) int {
 // wakeBits wakes every sleeper on w whose wait bitset meets bits and
 // returns how many it woke (-1 on an error).
 func wakeBits(w *uint64, bits uint32) int {
-	n, _, errno := unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWakeBitset, uintptr(1<<31-1), 0, 0, uintptr(bits))
+	n, _, errno := unix.RawSyscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWakeBitset, uintptr(1<<31-1), 0, 0, uintptr(bits))
 	if errno != 0 {
 		return -1
 	}
