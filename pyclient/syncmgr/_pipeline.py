@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
+from . import _fast
 from ._transport import Request, Undo, give_back
 
 if TYPE_CHECKING:
@@ -119,8 +120,6 @@ def _write_back(proxy: BaseProxy, state: dict[str, Any], copy: BaseProxy) -> Non
         if k not in skip and state.get(k, _MISSING) is not v:
             proxy.__dict__[k] = v
     if copy.__dict__.get("_run") != state.get("_run"):
-        from . import _fast
-
         _fast.reattach(proxy)
 
 
@@ -141,7 +140,7 @@ class _Calls:
         cls = type(proxy).__name__
         if name.startswith("_") and name not in _DUNDERS:
             raise AttributeError(f"{name!r} is not a public method of {cls}")
-        method = getattr(type(proxy), name, None)
+        method = getattr(_fast.proxy_type(proxy), name, None)
         if not callable(method):
             raise AttributeError(f"{cls} has no method {name!r}")
 
@@ -248,7 +247,7 @@ class Pipeline:
         slots: list[Optional[int]] = []  # per call: its request's index, or None
         results: list[Any] = []
         for (proxy, method, args, kwargs), state in zip(calls, states):
-            rec = _copy(type(proxy), state, _Record(self._client))
+            rec = _copy(_fast.proxy_type(proxy), state, _Record(self._client))
             try:
                 results.append(method(rec, *args, **kwargs))
                 slots.append(None)
@@ -287,7 +286,7 @@ class Pipeline:
                 current = i
                 err, result = answers[k]
                 replay = replays[i] = _Replay(self._client, reqs[k].op, err, result)
-                copy: Optional[BaseProxy] = _copy(type(proxy), states[i], replay)
+                copy: Optional[BaseProxy] = _copy(_fast.proxy_type(proxy), states[i], replay)
                 try:
                     results[i] = method(copy, *args, **kwargs)
                     if replay.unused():

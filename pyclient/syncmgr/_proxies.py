@@ -180,7 +180,8 @@ class BaseProxy:
             # even if the pickle is unpickled much later.
             self._client.call("share", {"name": self._name})
             self._shared = True
-        return (_rebuild, (type(self), self._client.address, self._name, self._getstate(), self._params, self._run))
+        return (_rebuild, (_fast.proxy_type(self), self._client.address, self._name, self._getstate(), self._params,
+                           self._run))
 
     def delete(self) -> bool:
         """Delete the object on the daemon now (for named objects)."""

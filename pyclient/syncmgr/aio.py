@@ -59,7 +59,7 @@ from typing import Any, Callable, Optional, TypeVar
 
 import msgpack
 
-from . import _proxies, _values
+from . import _fast, _proxies, _values
 from . import exceptions as exc
 from ._args import check_count, timeout_arg
 from ._conn import CONNECT_TIMEOUT, _check_server_uid
@@ -433,7 +433,7 @@ class View:
         a forked parent's until their first use moves them to this
         process's session, which the installed methods do themselves (and
         when the fast path is gone they hand the op to the socket)."""
-        return self._p.__dict__.get("_fast") is not None
+        return _fast.handle(self._p) is not None
 
     async def _call(self, op: str, undo: Optional[Undo] = None, blob_key: Optional[str] = None, blob: Any = None,
                     **args: Any) -> Any:
@@ -620,7 +620,7 @@ class QueueView(View):
 
     async def put(self, item: Any, timeout: Optional[float] = None) -> None:
         t = None if timeout is None else _wait_arg(timeout)
-        h = self._p.__dict__.get("_fast")
+        h = _fast.handle(self._p)
         if h is not None:
             # On the ring first, with no exception and no coroutine: it has
             # room, or gets some within the spin (a consumer at work).
@@ -656,7 +656,7 @@ class QueueView(View):
 
     async def get(self, timeout: Optional[float] = None) -> Any:
         t = None if timeout is None else _wait_arg(timeout)
-        h = self._p.__dict__.get("_fast")
+        h = _fast.handle(self._p)
         if h is not None:
             # From the ring first, with no exception and no coroutine: an
             # item is there, or comes within the spin (a producer at work).

@@ -345,6 +345,8 @@ def test_the_handles_non_blocking_acquire_never_waits(m):
     inline: True when it took the word, False when it is held, never a
     wait; the same for a Semaphore's units."""
     lock, sem = m.Lock(), m.Semaphore(2)
+    _fast.resolve(lock)  # (attached at the first op: this test takes the handle before any)
+    _fast.resolve(sem)
     h = lock.__dict__["acquire"].__self__
     assert h.try_acquire() is True
     t0 = time.monotonic()

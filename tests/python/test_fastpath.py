@@ -184,7 +184,7 @@ def _child_first_ops(lock, ev, val, conn):
     try:
         lock.acquire()
         moved = [_fast.active(p) for p in (lock, ev, val)]
-        slot = lock._fast.fp.slot
+        slot = _fast.handle(lock).fp.slot
         lock.release()
         ev.set()
         val.value = 41
@@ -204,7 +204,7 @@ def test_forked_child_moves_every_handle_at_its_first_op(m):
     p.join(30)
     assert "error" not in got, got
     assert got["moved"] == [True, True, True]
-    assert got["slot"] != lock._fast.fp.slot  # the child's own session
+    assert got["slot"] != _fast.handle(lock).fp.slot  # the child's own session
     assert got["refs"] == []  # offsets kept, no fastpath_ref request
     assert got["is_set"] is True and got["value"] == 42
     assert ev.is_set() and val.value == 42 and lock.acquire(False) is True
@@ -335,11 +335,11 @@ def test_long_event_wait_stays_on_the_futex_and_misses_no_set(m, daemon):
     # The socket path's `since` (a waiter's generation): a set and clear
     # after it still counts.
     e.clear()
-    gen = e._fast.seg.event_gen(e._fast.off)
+    gen = _fast.handle(e).seg.event_gen(_fast.handle(e).off)
     e.set()
     e.clear()
     assert e._call_blocking("wait", 0.0, timeout=0.0, since=gen) is True
-    gen = e._fast.seg.event_gen(e._fast.off)
+    gen = _fast.handle(e).seg.event_gen(_fast.handle(e).off)
     assert e._call_blocking("wait", 0.0, timeout=0.0, since=gen) is False
     with pytest.raises(syncmgr.SyncMgrError):
         e._call_blocking("wait", 0.0, timeout=0.0, since=-5)
@@ -347,7 +347,7 @@ def test_long_event_wait_stays_on_the_futex_and_misses_no_set(m, daemon):
 
 def test_semaphore_semantics(m):
     s = m.Semaphore(2, name="fp-sem")
-    h = s._fast
+    h = _fast.handle(s)
     assert s.acquire() is True and s.acquire(True, 1) is True
     assert h.fp.seg.sem_taken(h.off, h.fp.slot) == 2  # both taken by CAS
     assert s.acquire(False) is False
@@ -446,7 +446,7 @@ def _die_mid_acquire(sem, ledger_written, ready):
     # (perhaps) the ledger entry written, the units not yet committed. Raw
     # writes to the segment play the part of the C code killed there.
     sem.acquire()
-    h = sem._fast
+    h = _fast.handle(sem)
     fd = segment_fd(sem._client.address, sem._client._key)
     hold_latch(fd, h.off, h.fp.slot)
     if ledger_written:

@@ -217,7 +217,7 @@ def test_overflow_keeps_gets_on_the_ring():
         m = syncmgr.connect(d.address, d.key)
         q = m.Queue(name="fpq-flood")
         assert _fast.active(q)
-        cap = q._fast.ring.capacity
+        cap = _fast.handle(q).ring.capacity
         size = max(64, cap // 512)
         n = 4 * cap // size  # four rings' worth
         half = CTX.Event()
@@ -235,7 +235,7 @@ def test_overflow_keeps_gets_on_the_ring():
         print(f"{n} items, {socket_puts:.0f} puts and {socket_gets:.0f} gets through the daemon")
         assert socket_puts > 0, "the ring never overflowed"
         assert socket_gets <= n // 10, f"{socket_gets:.0f} of {n} gets went to the daemon"
-        assert q._fast.ring.word("flags") == 0
+        assert _fast.handle(q).ring.word("flags") == 0
     finally:
         d.close()
 
@@ -245,7 +245,7 @@ def test_overflow_keeps_one_fifo_for_fast_and_socket_clients(daemon, m):
     queue behind them as socket puts do, and fast and socket gets take the
     items in one order."""
     q = m.Queue(name="fpq-over-mixed")
-    ring = q._fast.ring
+    ring = _fast.handle(q).ring
     size = max(64, ring.capacity // 512)
     n = 3 * ring.capacity // size
     item = lambda i: b"%08d" % i + b"." * (size - 8)  # noqa: E731
@@ -419,7 +419,7 @@ def test_scribbled_ring_is_an_error_not_a_crash(m):
     q = m.Queue(name="fpq-scribbled")
     other = m.Queue(name="fpq-bystander")
     q.put(1)
-    ring = q._fast.ring
+    ring = _fast.handle(q).ring
     ring._poke(80, (1 << 39) + 3)  # the tail word: an impossible position
     with pytest.raises(syncmgr.SyncMgrError, match="corrupted"):
         q.get(timeout=1)
@@ -523,7 +523,7 @@ def test_joinable_task_done_and_join_take_no_round_trip():
         assert jq.join() is True and jq.join(timeout=0) is True
         with pytest.raises(ValueError, match="too many"):
             jq.task_done()
-        assert jq._fast.ring.word("done") % (1 << 24) == n  # the refused call stored nothing
+        assert _fast.handle(jq).ring.word("done") % (1 << 24) == n  # the refused call stored nothing
         jq.put("x")
         assert jq.get() == "x" and jq.join(timeout=0) is False
         jq.task_done()
@@ -541,7 +541,7 @@ def test_joinable_overflow_counts_the_daemons_items(m):
     """Puts past a JoinableQueue ring's room wait in the daemon; they count
     as unfinished all the same, and join returns once each is done."""
     jq = m.JoinableQueue(name="fpq-jq-over")
-    ring = jq._fast.ring
+    ring = _fast.handle(jq).ring
     size = max(64, ring.capacity // 512)
     n = 3 * ring.capacity // size
     for i in range(n):
@@ -646,7 +646,7 @@ def test_joinable_consumer_killed_mid_op_leaves_the_counts_right(m, step, batch)
             assert jq.join(timeout=30) is True, "join hangs"
         with pytest.raises(ValueError):
             jq.task_done()  # the counts are exact: nothing left to mark done
-        assert jq._fast.ring.word("journal") == 0 and jq._fast.ring.word("latch") == 0
+        assert _fast.handle(jq).ring.word("journal") == 0 and _fast.handle(jq).ring.word("latch") == 0
         assert state(m, name)["waiters"] == 0
 
 
@@ -719,14 +719,14 @@ def test_ctrl_c_while_another_process_holds_the_latch(m):
     GIL let go, and Ctrl-C leaves the wait with nothing taken."""
     q = m.Queue(name="fpq-latch-held")
     q.put("kept")
-    ring = q._fast.ring
-    ring._poke(64, q._fast.fp.slot)
+    ring = _fast.handle(q).ring
+    ring._poke(64, _fast.handle(q).fp.slot)
     threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
     t0 = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         q.get_nowait()
     assert time.monotonic() - t0 >= 0.25
-    assert ring.word("latch") == q._fast.fp.slot  # never ours to take
+    assert ring.word("latch") == _fast.handle(q).fp.slot  # never ours to take
     ring._poke(64, 0)
     assert q.get_nowait() == "kept"
 

@@ -57,6 +57,7 @@ def test_a_name_made_again_is_never_taken_for_the_old_one(m):
     m._c().call("create", {"kind": "lock", "name": "remade-lock"})
     with Counting(m._c()) as c:
         p = pickle.loads(blob)
+        assert _fast.active(p)  # (its first fast op attaches it)
     assert c.ops == ["fastpath_ref"]
     new = m.Lock(name="remade-lock")
     assert p.acquire(timeout=5)
@@ -65,3 +66,67 @@ def test_a_name_made_again_is_never_taken_for_the_old_one(m):
     assert new.acquire(timeout=5)
     new.release()
     del filler
+
+
+def test_a_proxy_attaches_at_its_first_fast_op(m, monkeypatch):
+    """A Queue made or unpickled in this process and not used maps no ring
+    (no queue_attach); a pending proxy pickles as its own class; its first
+    op attaches it, and the proxy's class is its own again."""
+    from syncmgr._fast import ring as ring_mod
+    from syncmgr._proxies import QueueProxy
+
+    m.Lock().acquire()  # the process's segment is mapped by now
+    opened: list[str] = []
+    real = ring_mod.open_ring
+    monkeypatch.setattr(ring_mod, "open_ring", lambda fp, kind, name: opened.append(name) or real(fp, kind, name))
+    q = m.Queue(name="lazy-q")
+    again = pickle.loads(pickle.dumps(q))
+    assert opened == [] and "_fast" not in q.__dict__ and "_fast" not in again.__dict__
+    assert isinstance(q, QueueProxy) and type(again).__name__ == "QueueProxy"
+    assert _fast.proxy_type(q) is QueueProxy and type(q) is not QueueProxy  # pending
+    q.put(1)
+    assert opened == ["lazy-q"] and type(q) is QueueProxy and _fast.active(q)
+    assert again.get(timeout=5) == 1 and opened == ["lazy-q", "lazy-q"]
+
+
+def test_first_ops_from_threads_at_once(m):
+    """Threads whose first ops on one pending proxy race: each op is served
+    (one that finds the class set back before the handle is in goes over
+    the socket), and the proxy ends on the fast path."""
+    import threading
+
+    lock, total = m.Lock(), [0]
+    start = threading.Barrier(8)
+
+    def work() -> None:
+        start.wait()
+        for _ in range(200):
+            with lock:
+                total[0] += 1
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert total[0] == 1600 and _fast.active(lock)
+
+
+def test_a_forked_child_attaches_a_proxy_its_parent_never_used(m):
+    """A child forked while the parent's proxy is still pending attaches it
+    on its own session at its first op, as it moves a handle it inherited."""
+    import multiprocessing as mp
+
+    ev = m.Event()
+    ctx = mp.get_context("fork")
+    out = ctx.Queue()
+
+    def child() -> None:
+        ev.set()
+        out.put(_fast.active(ev))
+
+    p = ctx.Process(target=child)
+    p.start()
+    assert out.get(timeout=30) is True
+    p.join(30)
+    assert p.exitcode == 0 and ev.wait(5) and _fast.active(ev)

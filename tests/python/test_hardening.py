@@ -212,7 +212,7 @@ def _latch_then_stop(sem, ready) -> None:
 
     sem.acquire()
     sem.release()
-    h = sem._fast
+    h = _fast_ext().handle(sem)
     fd = segment_fd(sem._client.address, sem._client._key)
     hold_latch(fd, h.off, h.fp.slot)
     os.close(fd)
@@ -279,7 +279,7 @@ def test_stray_latch_is_taken_over_at_once(m, monkeypatch, latch):
     monkeypatch.setenv("SYNCMGR_FASTPATH", "1")
     sem = m.Semaphore(2)
     assert _fast.active(sem), _fast.reasons
-    h = sem._fast
+    h = _fast.handle(sem)
     fd = segment_fd(m._c().address, m._c()._key)
     try:
         (word,) = struct.unpack("<Q", os.pread(fd, 8, h.off))

@@ -41,7 +41,7 @@ def run_py(daemon, code: str, **env: str) -> subprocess.Popen:
 
 
 def ring_of(q):
-    return q.__dict__["_fast"].ring
+    return _fast.handle(q).ring
 
 
 # --- the stored format (both paths) ------------------------------------------

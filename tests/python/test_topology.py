@@ -300,7 +300,7 @@ def _reserve_heir(lock, ready):
     # user can make) and stop.
     lock.acquire(False)
     lock.release()  # on the child's own session now
-    h = lock._fast
+    h = _fast.handle(lock)
     fd = segment_fd(lock._client.address, lock._client._key)
     os.pwrite(fd, struct.pack("<I", h.fp.slot), h.off + 48)
     os.close(fd)

@@ -45,14 +45,19 @@ it hands every other op to the proxy class's own method, the socket path
   socket path, moving to a forked child's session;
 * ``words``: the families whose objects are state words;
 * ``ring``: the Queue families, whose objects are rings;
-* here: the table of families (``_FAMILIES``), and ``attach``, which picks
-  a proxy's handle from it.
+* here: the table of families (``_FAMILIES``); ``attach``, which gives a
+  new or unpickled proxy its family's pending class (the proxy's class
+  with the family's methods replaced by ones that attach first); and
+  ``resolve``, which at the first such op picks the proxy's handle from
+  the table. Code that reads a proxy's handle takes it from ``handle``,
+  which resolves first; a proxy's class for pickling and for pipelines is
+  ``proxy_type``.
 """
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Optional, cast
 
 from .handle import Handle
 from .ring import JoinableQueueHandle, QueueHandle
@@ -63,7 +68,8 @@ if TYPE_CHECKING:
     from .._connection import Client
     from .._proxies import BaseProxy
 
-__all__ = ["FastPath", "_ext", "active", "attach", "enabled_by_env", "path_for", "reasons", "reattach", "wants_ref"]
+__all__ = ["FastPath", "_ext", "active", "attach", "enabled_by_env", "handle", "path_for", "proxy_type", "reasons",
+           "reattach", "resolve", "wants_ref"]
 
 # The fast path's families, one line each: a handle class and the proxy
 # kinds it serves, each with the kind of word the daemon keeps for such an
@@ -105,9 +111,101 @@ def wants_ref(client: Client, kind: str) -> bool:
 
 
 def attach(proxy: BaseProxy, hint: Any = None) -> None:
-    """Give proxy fast methods when its object is on the fast path (hint:
-    the create reply's "fp", the object's word). Which handle serves it is
-    the families' table (_FAMILIES)."""
+    """Put proxy on the fast path at its first fast op, not now (hint: the
+    create reply's "fp", the object's word, kept in the process's refs for
+    that op): its class becomes the family's
+    pending class (_pending), whose methods attach and then call the
+    attached ones. A proxy made and never used in this process (made for
+    other processes, passed through a task) costs no mapping, no ring
+    attach round trip and no handle; one made and used pays them at its
+    first op instead of at its creation."""
+    if hint is None and not enabled_by_env() or not _serves(proxy):  # (a hint: the create checked it)
+        return
+    cls = proxy_type(proxy)
+    pending = _pending.get(cls) or _pending_class(cls)
+    if pending is None:
+        return
+    # The process's mapping is made now, once (the next creates then ask
+    # for their words: wants_ref); the object's handle at its first op.
+    fp = path_for(proxy._client)
+    if fp is None or not fp.ok:
+        return
+    if hint is not None:
+        fp.note(proxy._kind, proxy._name, hint)
+    proxy.__class__ = pending
+
+
+def _serves(proxy: BaseProxy) -> bool:
+    kind = proxy._kind
+    if kind in _ALWAYS:
+        return True
+    words = _WORDS.get(kind)
+    return words is not None and all(c.serves(proxy) for c in words.values())
+
+
+# The kinds every object of which a family serves (no serves of its own).
+_ALWAYS = frozenset(_RINGS) | {k for k, ws in _WORDS.items()
+                               if all(c.serves.__func__ is Handle.serves.__func__ for c in ws.values())}  # type: ignore[attr-defined]
+
+
+_pending: dict[type, type] = {}  # proxy class -> its pending class
+
+
+def _pending_class(cls: type) -> Optional[type]:
+    """cls with the family's fast methods replaced by ones that attach
+    first (resolve) and then call the proxy's method again, which is the
+    installed fast one (or the class's, when the fast path is not to be
+    had). It pickles and prints as cls (BaseProxy uses proxy_type)."""
+    kind = cast("str", cls._kind)  # type: ignore[attr-defined]
+    families: list[type[Handle]] = [_RINGS[kind]] if kind in _RINGS else list(_WORDS.get(kind, {}).values())
+    names = {m for h in families for m in h.methods}
+    if not names:
+        return None
+
+    def stub(name: str) -> Any:
+        def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+            resolve(self)
+            return getattr(self, name)(*args, **kwargs)
+
+        method.__name__ = name
+        method.__qualname__ = f"{cls.__qualname__}.{name}"
+        method.__doc__ = getattr(cls, name).__doc__
+        return method
+
+    ns: dict[str, Any] = {m: stub(m) for m in names}
+    ns["_fast_base"] = cls
+    ns["__module__"] = cls.__module__
+    ns["__qualname__"] = cls.__qualname__
+    pending = type(cls.__name__, (cls,), ns)
+    _pending[cls] = pending
+    return pending
+
+
+def proxy_type(proxy: Any) -> type:
+    """The proxy's class, whether or not it has attached yet."""
+    t = type(proxy)
+    return cast("type", t.__dict__.get("_fast_base", t))
+
+
+def resolve(proxy: BaseProxy) -> None:
+    """Attach a pending proxy now (its first fast op; active; handle)."""
+    base = type(proxy).__dict__.get("_fast_base")
+    if base is None:
+        return
+    proxy.__class__ = base
+    _attach_now(proxy)
+
+
+def handle(proxy: BaseProxy) -> Any:
+    """The proxy's fast-path handle, attaching a pending proxy first; None
+    on the socket path."""
+    resolve(proxy)
+    return proxy.__dict__.get("_fast")
+
+
+def _attach_now(proxy: BaseProxy) -> None:
+    """Give proxy fast methods when its object is on the fast path. Which
+    handle serves it is the families' table (_FAMILIES)."""
     if not enabled_by_env():
         return
     kind = proxy._kind
@@ -118,12 +216,12 @@ def attach(proxy: BaseProxy, hint: Any = None) -> None:
             ring.open(proxy, fp)
         return
     words = _WORDS.get(kind)
-    if words is None or not all(cls.serves(proxy) for cls in words.values()):
+    if words is None:
         return
     fp = path_for(proxy._client)
     if fp is None or not fp.ok:
         return
-    ref = fp.ref(kind, proxy._name, hint)
+    ref = fp.ref(kind, proxy._name)  # (a create's word is in fp.refs: note)
     if ref is None:
         return
     off, tag = ref
@@ -144,6 +242,7 @@ def reattach(proxy: BaseProxy) -> None:
 
 
 def active(proxy: BaseProxy) -> bool:
-    """Whether proxy's ops take the fast path now."""
-    h = proxy.__dict__.get("_fast")
-    return h is not None and h.fp.ok
+    """Whether proxy's ops take the fast path (attaching a pending proxy
+    first)."""
+    h = handle(proxy)
+    return h is not None and bool(h.fp.ok)

@@ -138,6 +138,20 @@ class FastPath:
         for h in list(self.handles):
             h.detach()
 
+    def note(self, kind: str, name: str, hint: Any) -> None:
+        """Keep a create reply's word for the object (hint: its "fp") for
+        this process's first op on it or on any proxy of it unpickled here,
+        which then need no fastpath_ref (the tag is checked at that use)."""
+        if not isinstance(hint, dict) or hint.get("run") != self.run_id:
+            return
+        try:
+            off, tag = int(hint["off"]), int(hint["tag"])
+        except (KeyError, TypeError, ValueError):
+            return
+        if len(self.refs) >= _MAX_REFS:
+            self.refs.clear()
+        self.refs[(kind, name)] = (off, tag)
+
     def ref(self, kind: str, name: str, hint: Any = None) -> Optional[tuple[int, int]]:
         """The word offset and tag (kind | generation << 8) of an object, or
         None to use the socket. hint is the create reply's copy of the
