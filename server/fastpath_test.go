@@ -40,13 +40,7 @@ func asInt(t *testing.T, v any) int64 {
 // dies: the daemon releases the word and hands the lock to a socket client
 // waiting for it. TCP clients are refused.
 func TestFastpathAttachRefAndSessionEnd(t *testing.T) {
-	seg, err := statemem.Create(64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { seg.Close() }) // runs after the server's stop: no session touches unmapped words
-	ts := startServer(t)
-	ts.srv.Manager().EnableFastPath(seg)
+	ts, seg := startFastServer(t)
 
 	fast := ts.raw(t, []byte("fast-session"))
 	fast.send(1, wire.OpFastpathAttach, map[string]any{})

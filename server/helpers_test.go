@@ -17,6 +17,7 @@ import (
 	"github.com/syncmgr/syncmgr/manager"
 	"github.com/syncmgr/syncmgr/proxy"
 	"github.com/syncmgr/syncmgr/server"
+	"github.com/syncmgr/syncmgr/statemem"
 	"github.com/syncmgr/syncmgr/wire"
 )
 
@@ -146,6 +147,21 @@ func obj(kind, name string, kv ...any) map[string]any {
 }
 
 // rawConn speaks the protocol by hand, after a real handshake.
+// startFastServer is startServer with the fast path on: a state segment
+// of its own, closed after the server has stopped (t.Cleanup runs last
+// what it was given first), so no session touches unmapped words.
+func startFastServer(t *testing.T, opts ...func(*serverOpts)) (*testServer, *statemem.Segment) {
+	t.Helper()
+	seg, err := statemem.Create(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { seg.Close() })
+	ts := startServer(t, opts...)
+	ts.srv.Manager().EnableFastPath(seg)
+	return ts, seg
+}
+
 type rawConn struct {
 	t  *testing.T
 	nc net.Conn

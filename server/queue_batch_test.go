@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/syncmgr/syncmgr/proxy"
-	"github.com/syncmgr/syncmgr/statemem"
 	"github.com/syncmgr/syncmgr/wire"
 )
 
@@ -19,13 +18,7 @@ import (
 func batchServers(t *testing.T, fn func(t *testing.T, ts *testServer), opts ...func(*serverOpts)) {
 	t.Run("daemon", func(t *testing.T) { fn(t, startServer(t, opts...)) })
 	t.Run("ring", func(t *testing.T) {
-		ts := startServer(t, opts...)
-		seg, err := statemem.Create(64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { seg.Close() })
-		ts.srv.Manager().EnableFastPath(seg)
+		ts, _ := startFastServer(t, opts...)
 		fn(t, ts)
 	})
 }

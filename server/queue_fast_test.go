@@ -20,13 +20,7 @@ import (
 // not match the queue, a JoinableQueue for a client that does not keep its
 // task counts ("tasks"), a TCP client and an unknown queue are refused.
 func TestQueueAttachPassesASealedRing(t *testing.T) {
-	seg, err := statemem.Create(64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { seg.Close() })
-	ts := startServer(t)
-	ts.srv.Manager().EnableFastPath(seg)
+	ts, _ := startFastServer(t)
 
 	c := ts.raw(t, []byte("queue-session"))
 	c.send(1, wire.OpCreate, map[string]any{"kind": "queue", "name": "rq"})
@@ -128,13 +122,7 @@ func TestQueueAttachPassesASealedRing(t *testing.T) {
 // into replies cost a remote producer's local consumer three copies each.
 // A session without the ring still gets the whole batch in one reply.
 func TestGetManyForARingHolderTakesTheFirstItem(t *testing.T) {
-	seg, err := statemem.Create(64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { seg.Close() })
-	ts := startServer(t)
-	ts.srv.Manager().EnableFastPath(seg)
+	ts, _ := startFastServer(t)
 
 	holder, other := ts.raw(t, []byte("ring-holder")), ts.raw(t, []byte("socket-only"))
 	holder.send(1, wire.OpCreate, map[string]any{"kind": "queue", "name": "bq"})
