@@ -41,6 +41,7 @@ test-go: build lint venv
 FUZZN ?= 500000
 fuzz:
 	$(GO) test ./wire -run '^$$' -fuzz '^FuzzDecodeRequest$$' -fuzztime $(FUZZN)x
+	$(GO) test ./wire -run '^$$' -fuzz '^FuzzDecodeRequestMatchesMsgpack$$' -fuzztime $(FUZZN)x
 	$(GO) test ./wire -run '^$$' -fuzz '^FuzzReadFrame$$' -fuzztime $(FUZZN)x
 	$(GO) test ./auth -run '^$$' -fuzz '^FuzzServerHandshake$$' -fuzztime $$(( $(FUZZN) / 10 ))x
 	$(GO) test ./proxy -run '^$$' -fuzz '^FuzzDecodeValue$$' -fuzztime $$(( $(FUZZN) / 10 ))x

@@ -7,23 +7,26 @@ import (
 	"testing"
 )
 
+// requestSeeds are request bodies, valid and not, for the request fuzz
+// targets.
+var requestSeeds = [][]any{
+	{arr(3), 1, "ping", mapHdr(0)},
+	{arr(3), 0, "decref", mapHdr(1), "name", "anon-lock-00"},
+	{arr(3), uint64(1 << 63), "acquire", mapHdr(4), "kind", "lock", "name", "l", "timeout", 1.5, "block", true},
+	{arr(3), 2, "put", mapHdr(3), "kind", "queue", "name", "q", "item", []byte{0, 1}},
+	{arr(3), 3, "set", mapHdr(3), "kind", "value", "name", "v", "value", nil},
+	{arr(3), 1, "ping", mapHdr(1), "k", []any{1}},
+	{arr(3), 1, "ping", mapHdr(1), "k", map[string]any{"a": 1}},
+	{arr(3), -1, "ping", mapHdr(0)},
+	{arr(3), 1, []byte("ping"), mapHdr(0)},
+	{arr(3), 1, "ping", raw{0xdf, 0xff, 0xff, 0xff, 0xff}},
+	{arr(3), 1, "ping", mapHdr(1), "k", raw{0xc6, 0xff, 0xff, 0xff, 0xff}},
+	{arr(2), 1, "ping"},
+	{"ping"},
+}
+
 func FuzzDecodeRequest(f *testing.F) {
-	seeds := [][]any{
-		{arr(3), 1, "ping", mapHdr(0)},
-		{arr(3), 0, "decref", mapHdr(1), "name", "anon-lock-00"},
-		{arr(3), uint64(1 << 63), "acquire", mapHdr(4), "kind", "lock", "name", "l", "timeout", 1.5, "block", true},
-		{arr(3), 2, "put", mapHdr(3), "kind", "queue", "name", "q", "item", []byte{0, 1}},
-		{arr(3), 3, "set", mapHdr(3), "kind", "value", "name", "v", "value", nil},
-		{arr(3), 1, "ping", mapHdr(1), "k", []any{1}},
-		{arr(3), 1, "ping", mapHdr(1), "k", map[string]any{"a": 1}},
-		{arr(3), -1, "ping", mapHdr(0)},
-		{arr(3), 1, []byte("ping"), mapHdr(0)},
-		{arr(3), 1, "ping", raw{0xdf, 0xff, 0xff, 0xff, 0xff}},
-		{arr(3), 1, "ping", mapHdr(1), "k", raw{0xc6, 0xff, 0xff, 0xff, 0xff}},
-		{arr(2), 1, "ping"},
-		{"ping"},
-	}
-	for _, s := range seeds {
+	for _, s := range requestSeeds {
 		f.Add(build(f, s...))
 	}
 	f.Add([]byte{})

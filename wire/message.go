@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"io"
+
 	"math"
 	"sync"
 
@@ -44,126 +44,6 @@ func envelope(body []byte, what string) (dec *msgpack.Decoder, rd *bytes.Reader,
 		return nil, nil, nil, fmt.Errorf("%w: %s must be a 3-element array", ErrMalformed, what)
 	}
 	return dec, rd, done, nil
-}
-
-// DecodeRequest parses a request body. Any error wraps ErrMalformed.
-func DecodeRequest(body []byte) (Request, error) {
-	var req Request
-	dec, rd, done, err := envelope(body, "request")
-	if err != nil {
-		return req, err
-	}
-	defer done()
-	if req.ID, err = decodeID(dec); err != nil {
-		return req, fmt.Errorf("%w: request id: %v", ErrMalformed, err)
-	}
-	if req.Op, err = decodeStr(dec); err != nil {
-		return req, fmt.Errorf("%w: request op: %v", ErrMalformed, err)
-	}
-	if req.Args, err = decodeArgs(dec, &frameSrc{body: body, rd: rd}); err != nil {
-		return req, err
-	}
-	if rd.Len() != 0 {
-		return req, fmt.Errorf("%w: %d trailing bytes", ErrMalformed, rd.Len())
-	}
-	return req, nil
-}
-
-// MaxIDPrefix is how many bytes of a request body PeekRequestID needs: the
-// array header (at most 5 bytes) and the largest id (9 bytes).
-const MaxIDPrefix = 14
-
-// PeekRequestID reads the request id from the first bytes of a request
-// body (at most MaxIDPrefix), without the rest: the daemon answers a frame
-// it will not read (too large) under the id the client is waiting on.
-func PeekRequestID(prefix []byte) (uint64, error) {
-	if len(prefix) == 0 {
-		return 0, fmt.Errorf("%w: empty request", ErrMalformed)
-	}
-	dec := decoderPool.Get().(*msgpack.Decoder)
-	defer decoderPool.Put(dec)
-	dec.Reset(bytes.NewReader(prefix))
-	if n, err := dec.DecodeArrayLen(); err != nil || n != 3 {
-		return 0, fmt.Errorf("%w: request must be a 3-element array", ErrMalformed)
-	}
-	id, err := decodeID(dec)
-	if err != nil {
-		return 0, fmt.Errorf("%w: request id: %v", ErrMalformed, err)
-	}
-	return id, nil
-}
-
-// frameSrc lets bin values be taken as sub-slices of the frame body instead
-// of copies: a 1 MiB queue item is then read from the socket once and never
-// copied again in the daemon. The body is allocated per frame and never
-// reused, so holding on to a sub-slice is safe.
-type frameSrc struct {
-	body []byte
-	rd   *bytes.Reader // the decoder reads straight from it (no buffering)
-}
-
-func (f *frameSrc) bin(dec *msgpack.Decoder) ([]byte, error) {
-	n, err := dec.DecodeBytesLen()
-	if err != nil {
-		return nil, err
-	}
-	pos := len(f.body) - f.rd.Len()
-	if n < 0 || pos+n > len(f.body) {
-		return nil, fmt.Errorf("bin of %d bytes runs past the frame", n)
-	}
-	if _, err := f.rd.Seek(int64(n), io.SeekCurrent); err != nil {
-		return nil, err
-	}
-	return f.body[pos : pos+n : pos+n], nil
-}
-
-func decodeArgs(dec *msgpack.Decoder, src *frameSrc) (Args, error) {
-	n, err := dec.DecodeMapLen()
-	if err != nil {
-		return nil, fmt.Errorf("%w: args must be a map: %v", ErrMalformed, err)
-	}
-	if n < 0 || n > MaxArgs {
-		return nil, fmt.Errorf("%w: args must be a map of at most %d entries", ErrMalformed, MaxArgs)
-	}
-	args := make(Args, n)
-	for i := 0; i < n; i++ {
-		k, err := decodeStr(dec)
-		if err != nil {
-			return nil, fmt.Errorf("%w: arg key: %v", ErrMalformed, err)
-		}
-		var v any
-		if c, perr := dec.PeekCode(); perr == nil && msgpcode.IsBin(c) && src != nil {
-			v, err = src.bin(dec)
-		} else {
-			v, err = decodeScalar(dec)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("%w: arg %q: %v", ErrMalformed, k, err)
-		}
-		args[k] = v
-	}
-	return args, nil
-}
-
-// decodeID decodes a request id: a non-negative integer. (The msgpack
-// decoder alone would take nil as 0 and wrap negative numbers around.)
-func decodeID(dec *msgpack.Decoder) (uint64, error) {
-	c, err := dec.PeekCode()
-	if err != nil {
-		return 0, err
-	}
-	switch {
-	case msgpcode.IsFixedNum(c) && int8(c) >= 0, c == msgpcode.Uint8 || c == msgpcode.Uint16 || c == msgpcode.Uint32 || c == msgpcode.Uint64:
-		return dec.DecodeUint64()
-	case c == msgpcode.Int8 || c == msgpcode.Int16 || c == msgpcode.Int32 || c == msgpcode.Int64:
-		n, err := dec.DecodeInt64()
-		if err == nil && n < 0 {
-			err = fmt.Errorf("negative id %d", n)
-		}
-		return uint64(n), err
-	default:
-		return 0, fmt.Errorf("must be an unsigned integer (code 0x%02x)", c)
-	}
 }
 
 // decodeStr decodes a MessagePack str, refusing bin and nil, which the

@@ -143,3 +143,20 @@ const (
 	// reply may carry the object's word (its fastpath_ref answer, as "fp").
 	ArgFastpath = "fastpath"
 )
+
+// wireNames are every name above: DecodeRequest hands these strings out
+// for a request's op, its keys and its kind values instead of copies of
+// the frame's bytes (a test checks that the list has them all).
+var wireNames = [...]string{
+	KindLock, KindRLock, KindSemaphore, KindBoundedSemaphore, KindEvent, KindValue, KindQueue,
+	KindJoinableQueue, KindCondition, KindBarrier, KindDict, KindList, KindNamespace, OpPing, OpCreate,
+	OpDelete, OpIncref, OpDecref, OpShare, OpCancel, OpStatus, OpShmCreate, OpShmAttach, OpShmDetach,
+	OpShmUnlink, OpShmList, OpFastpathAttach, OpFastpathRef, OpQueueAttach, OpAcquire, OpRelease, OpNotify,
+	OpNotifyAll, OpWait, OpIsSet, OpSet, OpClear, OpGet, OpAdd, OpCAS, OpPut, OpPutMany, OpGetMany, OpUnget,
+	OpQsize, OpEmpty, OpFull, OpTaskDone, OpUnfinished, OpJoin, OpActionDone, OpAbort, OpReset, OpParties,
+	OpNWaiting, OpBroken, OpSetDefault, OpDel, OpPop, OpPopItem, OpContains, OpLen, OpUpdate, OpItems,
+	OpGetItem, OpSetItem, OpDelItem, OpAppend, OpExtend, OpInsert, OpRemove, OpIndex, OpCount, OpSnapshot,
+	OpReplace, ArgKind, ArgName, ArgID, ArgTID, ArgBlock, ArgTimeout, ArgSince, ArgValue, ArgTypecode, ArgDelta,
+	ArgExpected, ArgNew, ArgMaxSize, ArgLock, ArgParties, ArgAction, ArgOK, ArgN, ArgItem, ArgItems, ArgKey,
+	ArgKeyP, ArgIndex, ArgVersion, ArgLimit, ArgSize, ArgTasks, ArgRun, ArgFastpath,
+}
