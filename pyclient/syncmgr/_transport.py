@@ -12,8 +12,9 @@ implementations carry their ops:
   else (what the daemon arbitrates, every error, whatever a word cannot
   express) to the socket client, by calling the proxy class's own method.
   It is put on a proxy at the object's first fast op (``_fast.attach``
-  gives a new or unpickled proxy its family's pending class, whose fast
-  methods attach first: ``_fast.resolve``): a handle per object, whose
+  gives a new or unpickled proxy its family's pending class, on which the
+  first look-up of a fast method attaches it: ``_fast.resolve``): a handle
+  per object, whose
   family declares once (its ``methods``) which proxy methods it serves,
   installed in the proxy's ``__dict__`` ahead of the class's, so a fast op
   goes through no layer of this interface (a Lock's acquire and release

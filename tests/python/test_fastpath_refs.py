@@ -89,6 +89,20 @@ def test_a_proxy_attaches_at_its_first_fast_op(m, monkeypatch):
     assert again.get(timeout=5) == 1 and opened == ["lazy-q", "lazy-q"]
 
 
+def test_a_method_taken_before_the_first_op_is_the_handles(m):
+    """``acquire = lock.acquire`` before any call (a hot loop's habit) gets
+    the handle's method, the C call for a Lock, not one that would look the
+    handle up again on every call."""
+    lock, q = m.Lock(), m.Queue()
+    acquire, put = lock.acquire, q.put
+    assert type(acquire).__name__ == "builtin_function_or_method", acquire
+    assert put.__self__ is _fast.handle(q), put
+    assert acquire(timeout=5)
+    lock.release()
+    put(1)
+    assert q.get(timeout=5) == 1
+
+
 def test_first_ops_from_threads_at_once(m):
     """Threads whose first ops on one pending proxy race: each op is served
     (one that finds the class set back before the handle is in goes over

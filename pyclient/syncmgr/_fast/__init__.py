@@ -46,8 +46,8 @@ it hands every other op to the proxy class's own method, the socket path
 * ``words``: the families whose objects are state words;
 * ``ring``: the Queue families, whose objects are rings;
 * here: the table of families (``_FAMILIES``); ``attach``, which gives a
-  new or unpickled proxy its family's pending class (the proxy's class
-  with the family's methods replaced by ones that attach first); and
+  new or unpickled proxy its family's pending class (the proxy's class, on
+  which the first look-up of one of the family's methods attaches it); and
   ``resolve``, which at the first such op picks the proxy's handle from
   the table. Code that reads a proxy's handle takes it from ``handle``,
   which resolves first; a proxy's class for pickling and for pipelines is
@@ -113,12 +113,12 @@ def wants_ref(client: Client, kind: str) -> bool:
 def attach(proxy: BaseProxy, hint: Any = None) -> None:
     """Put proxy on the fast path at its first fast op, not now (hint: the
     create reply's "fp", the object's word, kept in the process's refs for
-    that op): its class becomes the family's
-    pending class (_pending), whose methods attach and then call the
-    attached ones. A proxy made and never used in this process (made for
-    other processes, passed through a task) costs no mapping, no ring
-    attach round trip and no handle; one made and used pays them at its
-    first op instead of at its creation."""
+    that op): its class becomes the family's pending class (_pending), on
+    which the first look-up of a fast method attaches it. A proxy made and
+    never used in this process (made for other processes, passed through a
+    task) costs no ring attach round trip and no handle; one made and used
+    pays them at its first op instead of at its creation. (The process's
+    segment is mapped at its first object, as before.)"""
     if hint is None and not enabled_by_env() or not _serves(proxy):  # (a hint: the create checked it)
         return
     cls = proxy_type(proxy)
@@ -152,28 +152,24 @@ _pending: dict[type, type] = {}  # proxy class -> its pending class
 
 
 def _pending_class(cls: type) -> Optional[type]:
-    """cls with the family's fast methods replaced by ones that attach
-    first (resolve) and then call the proxy's method again, which is the
-    installed fast one (or the class's, when the fast path is not to be
-    had). It pickles and prints as cls (BaseProxy uses proxy_type)."""
+    """cls, but the first look-up of one of the family's fast methods on an
+    instance attaches it (resolve: its class is cls again, the handle's
+    methods in its __dict__) before the look-up goes on, so even a method
+    taken before any call (``acquire = lock.acquire``, a hot loop's
+    habit) is the handle's, a C call for a Lock. Other look-ups pass
+    through. It pickles and prints as cls (BaseProxy uses proxy_type)."""
     kind = cast("str", cls._kind)  # type: ignore[attr-defined]
     families: list[type[Handle]] = [_RINGS[kind]] if kind in _RINGS else list(_WORDS.get(kind, {}).values())
-    names = {m for h in families for m in h.methods}
+    names = frozenset(m for h in families for m in h.methods)
     if not names:
         return None
 
-    def stub(name: str) -> Any:
-        def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def __getattribute__(self: Any, name: str) -> Any:  # noqa: N807
+        if name in names:
             resolve(self)
-            return getattr(self, name)(*args, **kwargs)
+        return object.__getattribute__(self, name)
 
-        method.__name__ = name
-        method.__qualname__ = f"{cls.__qualname__}.{name}"
-        method.__doc__ = getattr(cls, name).__doc__
-        return method
-
-    ns: dict[str, Any] = {m: stub(m) for m in names}
-    ns["_fast_base"] = cls
+    ns: dict[str, Any] = {"__getattribute__": __getattribute__, "_fast_base": cls}
     ns["__module__"] = cls.__module__
     ns["__qualname__"] = cls.__qualname__
     pending = type(cls.__name__, (cls,), ns)
