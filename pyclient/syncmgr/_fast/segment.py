@@ -148,9 +148,14 @@ class FastPath:
             off, tag = int(hint["off"]), int(hint["tag"])
         except (KeyError, TypeError, ValueError):
             return
+        self._keep((kind, name), off, tag)
+
+    def _keep(self, key: tuple[str, str], off: int, tag: int) -> None:
+        """Remember an object's word (refs), starting the table again once
+        it holds _MAX_REFS entries."""
         if len(self.refs) >= _MAX_REFS:
             self.refs.clear()
-        self.refs[(kind, name)] = (off, tag)
+        self.refs[key] = (off, tag)
 
     def ref(self, kind: str, name: str, hint: Any = None) -> Optional[tuple[int, int]]:
         """The word offset and tag (kind | generation << 8) of an object, or
@@ -174,9 +179,7 @@ class FastPath:
         off, tag = int(r["off"]), int(r["tag"])
         if self.seg.tag(off) != tag:  # deleted and reused since the reply
             return None
-        if len(self.refs) >= _MAX_REFS:
-            self.refs.clear()
-        self.refs[key] = (off, tag)
+        self._keep(key, off, tag)
         return off, tag
 
 
