@@ -552,7 +552,7 @@ func (r *Ring) Get() (kind uint32, p []byte, ok bool, err error) {
 		return 0, nil, false, err
 	}
 	p = make([]byte, h.n)
-	copy(p, r.mem[RingHeader+h.idx+recHeader:])
+	copy(p, r.payload(h))
 	atomic.StoreUint64(r.word(ringOffHead), (h.hp+h.adv)&ringPosMask|((h.hn+1)&ringCountMax)<<ringPosBits)
 	return h.kind, p, true, nil
 }
@@ -565,8 +565,13 @@ func (r *Ring) Head() (kind uint32, p []byte, ok bool, err error) {
 	if !ok {
 		return 0, nil, false, err
 	}
+	return h.kind, r.payload(h), true, nil
+}
+
+// payload is a view of h's payload in the ring's memory.
+func (r *Ring) payload(h record) []byte {
 	start := RingHeader + h.idx + recHeader
-	return h.kind, r.mem[start : start+uint64(h.n) : start+uint64(h.n)], true, nil
+	return r.mem[start : start+uint64(h.n) : start+uint64(h.n)]
 }
 
 // record is where the head record lies: the head word it was found from
