@@ -24,12 +24,9 @@ func DecodeRequest(body []byte) (Request, error) {
 		return req, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
 	r := reader{b: body}
-	if n, err := r.arrayLen(); err != nil || n != 3 {
-		return req, fmt.Errorf("%w: request must be a 3-element array", ErrMalformed)
-	}
 	var err error
-	if req.ID, err = r.id(); err != nil {
-		return req, fmt.Errorf("%w: request id: %v", ErrMalformed, err)
+	if req.ID, err = r.requestID(); err != nil {
+		return req, err
 	}
 	op, err := r.str()
 	if err != nil {
@@ -57,6 +54,12 @@ func PeekRequestID(prefix []byte) (uint64, error) {
 		return 0, fmt.Errorf("%w: empty request", ErrMalformed)
 	}
 	r := reader{b: prefix}
+	return r.requestID()
+}
+
+// requestID reads a request's array header and its id, the first bytes
+// of every request (errors wrap ErrMalformed).
+func (r *reader) requestID() (uint64, error) {
 	if n, err := r.arrayLen(); err != nil || n != 3 {
 		return 0, fmt.Errorf("%w: request must be a 3-element array", ErrMalformed)
 	}
