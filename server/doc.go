@@ -22,7 +22,10 @@
 // connection's requests in order. Otherwise (always for TLS, or when
 // Config.EventLoops is negative) a connection is served by a goroutine of
 // its own that does the same for it alone (conn.loop); a Unix one moves
-// into a loop between two requests once the server is busy. Plain
+// into a loop between two requests once the server is busy. From that
+// count on, a loop's goroutine keeps its thread and runs it under
+// SCHED_BATCH, so that a client's wake-up does not preempt the client and
+// the loop finds several requests when it runs (evloop_sched.go). Plain
 // connections and, below crypto/tls, TLS ones read and write their socket
 // by raw system calls on its non-blocking descriptor and wait through the
 // runtime's poller only when it is not ready (rawio.go; listen.go's

@@ -70,6 +70,11 @@ type evLoop struct {
 	// spare, everything else would wait for the loop's next event.
 	raw  bool
 	rbuf []byte // reads land here, then go to the frames they belong to
+	// batch: the loop's goroutine keeps its thread, which runs under
+	// SCHED_BATCH (evloop_sched.go); schedOff: a policy could not be set,
+	// and is left as it is.
+	batch, schedOff bool
+	tid             atomic.Int64 // the thread kept while batch, else 0
 }
 
 // outLimit is how many reply bytes may wait for one connection before the
@@ -281,6 +286,7 @@ func (l *evLoop) run() {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
+		l.pace()
 		for i := range n {
 			ev := l.events[i]
 			if int(ev.Fd) == l.wakefd {

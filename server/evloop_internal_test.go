@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
 
 	"github.com/syncmgr/syncmgr/auth"
 	"github.com/syncmgr/syncmgr/manager"
@@ -23,58 +24,9 @@ import (
 // keep their order across the move, and it is served by the loop from then
 // on.
 func TestConnectionMovesIntoALoop(t *testing.T) {
-	key := []byte("k")
-	srv, err := New(Config{Key: key, Logger: zerolog.Nop(), EventLoopMinConns: 3}, manager.New(manager.DefaultConfig()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, err := os.MkdirTemp("/tmp", "sml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	path := filepath.Join(dir, "s")
-	ln, err := ListenUnix(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Error(err)
-		}
-	}()
-	dial := func() net.Conn {
-		nc, err := net.DialTimeout("unix", path, 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = nc.SetDeadline(time.Now().Add(5 * time.Second))
-		if _, err := auth.Client(nc, auth.ClientConfig{Key: key, Label: "t"}); err != nil {
-			t.Fatal(err)
-		}
-		return nc
-	}
-	send := func(_ net.Conn, id uint64, op string, args map[string]any) []byte {
-		f, err := wire.EncodeRequest(id, op, args)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return f
-	}
-	recv := func(nc net.Conn) wire.Reply {
-		body, err := wire.ReadFrame(nc, wire.DefaultMaxFrame)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rep, err := wire.DecodeReply(body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return rep
-	}
+	srv, dial := startLoopServer(t, 3)
+	send := func(_ net.Conn, id uint64, op string, args map[string]any) []byte { return request(t, id, op, args) }
+	recv := func(nc net.Conn) wire.Reply { return readReply(t, nc) }
 	// inLoops waits until the server tracks want connections, and until
 	// (for a while) settled says the number of them in a loop is final;
 	// it returns that number. A connection moves after its reply is
@@ -150,5 +102,135 @@ func TestConnectionMovesIntoALoop(t *testing.T) {
 	}
 	if n := inLoops(3, is(3)); n != 3 {
 		t.Fatalf("%d connections in a loop after the second one's request, want 3", n)
+	}
+}
+
+// startLoopServer starts a server on a Unix socket whose connections go to
+// its event loops from minConns on, and returns it with a dialer of
+// authenticated connections. It has one loop; it stops when the test ends.
+func startLoopServer(t *testing.T, minConns int) (*Server, func() net.Conn) {
+	t.Helper()
+	key := []byte("k")
+	srv, err := New(Config{Key: key, Logger: zerolog.Nop(), EventLoops: 1, EventLoopMinConns: minConns}, manager.New(manager.DefaultConfig()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("/tmp", "sml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	path := filepath.Join(dir, "s")
+	ln, err := ListenUnix(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	return srv, func() net.Conn {
+		nc, err := net.DialTimeout("unix", path, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = nc.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := auth.Client(nc, auth.ClientConfig{Key: key, Label: "t"}); err != nil {
+			t.Fatal(err)
+		}
+		return nc
+	}
+}
+
+// request is a request's frame.
+func request(t *testing.T, id uint64, op string, args map[string]any) []byte {
+	t.Helper()
+	f, err := wire.EncodeRequest(id, op, args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// readReply reads and decodes one reply.
+func readReply(t *testing.T, nc net.Conn) wire.Reply {
+	t.Helper()
+	body, err := wire.ReadFrame(nc, wire.DefaultMaxFrame)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := wire.DecodeReply(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+// A loop's goroutine keeps its thread, under SCHED_BATCH, while the daemon
+// has EventLoopMinConns plain connections, and lets it go, under
+// SCHED_OTHER again, once it has fewer.
+func TestBusyLoopYieldsToClients(t *testing.T) {
+	srv, dial := startLoopServer(t, 3)
+	ping := func(nc net.Conn, id uint64) {
+		t.Helper()
+		if _, err := nc.Write(request(t, id, "ping", nil)); err != nil {
+			t.Fatal(err)
+		}
+		if rep := readReply(t, nc); rep.Err != nil || rep.ID != id {
+			t.Fatalf("ping %d: %+v", id, rep)
+		}
+	}
+	policy := func(tid int) uint32 {
+		t.Helper()
+		attr, err := unix.SchedGetAttr(tid, 0)
+		if err != nil {
+			t.Fatalf("sched_getattr(%d): %v", tid, err)
+		}
+		return attr.Policy
+	}
+	// kept returns the loop's kept thread once want says it is final.
+	kept := func(nc net.Conn, want func(int) bool) int {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for id := uint64(100); ; id++ {
+			ping(nc, id) // the loop looks at the count after each wait
+			tid := int(srv.eventLoops()[0].tid.Load())
+			if want(tid) || time.Now().After(deadline) {
+				return tid
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	conns := []net.Conn{dial(), dial(), dial()}
+	for i, nc := range conns {
+		defer nc.Close()
+		ping(nc, uint64(i+1))
+	}
+	if len(srv.eventLoops()) != 1 {
+		t.Fatalf("%d event loops, want 1 (the test looks at the first)", len(srv.eventLoops()))
+	}
+	tid := kept(conns[2], func(tid int) bool { return tid != 0 })
+	if tid == 0 {
+		t.Fatal("the loop kept no thread with three connections open")
+	}
+	if p := policy(tid); p != unix.SCHED_BATCH {
+		t.Fatalf("the loop's thread %d has policy %d with three connections open, want SCHED_BATCH (%d)", tid, p, unix.SCHED_BATCH)
+	}
+	for _, nc := range conns[:2] {
+		nc.Close()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for srv.plain.Load() > 1 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if now := kept(conns[2], func(tid int) bool { return tid == 0 }); now != 0 {
+		t.Fatalf("the loop still keeps thread %d with one connection open", now)
+	}
+	if p := policy(tid); p != unix.SCHED_NORMAL {
+		t.Fatalf("thread %d, given back, has policy %d, want SCHED_OTHER (%d)", tid, p, unix.SCHED_NORMAL)
 	}
 }
