@@ -192,8 +192,7 @@ class Connection:
         return view
 
     def send_requests(self, frames: list[list[Any]]) -> None:
-        flat = [b for f in frames for b in f]
-        self._send(flat)
+        self._send(frames[0] if len(frames) == 1 else [b for f in frames for b in f])
 
     def recv_reply(self) -> tuple[int, Any, Any]:
         body = self._recv_frame(self.max_frame + 4096)

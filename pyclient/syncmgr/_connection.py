@@ -238,6 +238,13 @@ class Client:
     def _take(self) -> Connection:
         # (A forked child has already dropped its parent's connections: see
         # _after_fork_in_child.)
+        with self._lock:
+            conn = self._pool.pop() if self._pool else None
+        if conn is not None:  # the usual case, first: a connection used just now
+            if time.monotonic() - conn.last_used < _IDLE_CHECK:
+                return conn
+            with self._lock:
+                self._pool.append(conn)  # for the checks below
         deadline = time.monotonic() + CONNECT_TIMEOUT
         pause = 0.01
         while True:
@@ -350,7 +357,9 @@ class Client:
                 notes.append(self._notes.popleft())
             except IndexError:
                 break
-        frames = [encode_request(0, note[0], note[1]) for note in notes] + [f for f, _ in reqs]
+        frames = [f for f, _ in reqs]
+        if notes:
+            frames[:0] = [encode_request(0, note[0], note[1]) for note in notes]
         for attempt in (0, 1):
             try:
                 conn = self._take()

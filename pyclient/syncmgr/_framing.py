@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import threading
 from typing import Any, Optional
 
 import msgpack
@@ -48,8 +49,21 @@ Frame = list[Any]
 """A frame as a list of buffers; the first starts with the 4-byte header."""
 
 
+_local = threading.local()
+
+
 def packb(obj: Any) -> bytes:
-    return msgpack.packb(obj, use_bin_type=True)
+    # One Packer per thread, as _values._pack keeps (msgpack.packb makes
+    # one per call, half the cost of packing a request); taken while in
+    # use, so that a signal handler packing in the same thread makes its own.
+    p = getattr(_local, "packer", None)
+    if p is None:
+        p = msgpack.Packer(use_bin_type=True)
+    _local.packer = None
+    try:
+        return p.pack(obj)  # on an exception the Packer drops what it had packed
+    finally:
+        _local.packer = p
 
 
 def frame(body: bytes) -> bytes:

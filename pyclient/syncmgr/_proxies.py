@@ -128,7 +128,13 @@ class BaseProxy:
         return args
 
     def _call(self, op: str, **args: Any) -> Any:
-        return self._call_blocking(op, 0.0, **args)
+        # _call_blocking(op, 0.0, **args) without its keywords: the path of
+        # every socket call that does not wait.
+        try:
+            return self._client.call(op, self._args(args))
+        except exc.NoSuchObjectError as e:
+            self._after_restart(e)
+        return self._client.call(op, self._args(args))
 
     def _call_blocking(self, op: str, wait: Optional[float], undo: Any = None, blob_key: Optional[str] = None,
                        blob: Any = None, **args: Any) -> Any:
