@@ -56,6 +56,20 @@ def test_kinds_on_the_fast_path(m):
     assert not any(_fast.active(p) for p in off)
 
 
+def test_fastpath_env_is_read_at_each_use(m, monkeypatch):
+    """SYNCMGR_FASTPATH set or cleared while the process runs decides the
+    next object's path, whether set through os.environ or monkeypatch, and
+    with os.environ replaced by a plain mapping."""
+    assert _fast.active(m.Lock())
+    monkeypatch.setenv("SYNCMGR_FASTPATH", "0")
+    assert not _fast.enabled_by_env()
+    assert not _fast.active(m.Lock())
+    os.environ["SYNCMGR_FASTPATH"] = "1"
+    assert _fast.active(m.Lock())
+    monkeypatch.setattr(os, "environ", {"SYNCMGR_FASTPATH": "0"})
+    assert not _fast.enabled_by_env()
+
+
 def test_lock_semantics(m):
     lk = m.Lock(name="fp-lock")
     assert lk.acquire() is True
