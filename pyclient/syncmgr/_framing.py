@@ -95,10 +95,13 @@ def encode_request(rid: int, op: str, args: dict[str, Any], blob_key: Optional[s
     to the socket as it is)."""
     if blob_key is not None:
         pieces = blob if isinstance(blob, list) else [blob]
-        size = sum(memoryview(b).nbytes for b in pieces)
+        if len(pieces) == 1 and type(pieces[0]) is bytes:  # a plain item: one piece, its size its length
+            size = len(pieces[0])
+        else:
+            size = sum(memoryview(b).nbytes for b in pieces)
         if size < INLINE_BLOB:
             args = dict(args)
-            args[blob_key] = b"".join(pieces)
+            args[blob_key] = pieces[0] if len(pieces) == 1 and type(pieces[0]) is bytes else b"".join(pieces)
             blob_key = None
     if blob_key is None:
         body = packb([rid, op, args])
