@@ -146,7 +146,6 @@ func obj(kind, name string, kv ...any) map[string]any {
 	return m
 }
 
-// rawConn speaks the protocol by hand, after a real handshake.
 // startFastServer is startServer with the fast path on: a state segment
 // of its own, closed after the server has stopped (t.Cleanup runs last
 // what it was given first), so no session touches unmapped words.
@@ -162,6 +161,7 @@ func startFastServer(t *testing.T, opts ...func(*serverOpts)) (*testServer, *sta
 	return ts, seg
 }
 
+// rawConn speaks the protocol by hand, after a real handshake.
 type rawConn struct {
 	t  *testing.T
 	nc net.Conn

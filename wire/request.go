@@ -143,7 +143,8 @@ func (r *reader) arrayLen() (int, error) {
 }
 
 // id reads a request id: a non-negative integer of any width. (nil, a
-// negative number and any other type are refused, as decodeID does.)
+// negative number and any other type are refused, as the msgpack
+// reference in the tests, refDecodeID, refuses them.)
 func (r *reader) id() (uint64, error) {
 	if r.i >= len(r.b) {
 		return 0, errTruncated

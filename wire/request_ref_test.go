@@ -41,7 +41,7 @@ func decodeRequestMsgpack(body []byte) (Request, error) {
 	return req, nil
 }
 
-// frameSrc lets bin values be taken as sub-slices of the frame body instead
+// refFrameSrc lets bin values be taken as sub-slices of the frame body instead
 // of copies: a 1 MiB queue item is then read from the socket once and never
 // copied again in the daemon. The body is allocated per frame and never
 // reused, so holding on to a sub-slice is safe.
