@@ -24,13 +24,10 @@ from __future__ import annotations
 
 import socket
 import struct
-import threading
 from typing import Any, Optional
 
-import msgpack
-
 from . import exceptions as exc
-from ._values import dumps_many
+from ._values import ThreadPacker, dumps_many
 
 try:  # the C extension encodes a batch of plain scalars in one call
     from ._fastpath import pack_bins as _pack_bins
@@ -49,21 +46,8 @@ Frame = list[Any]
 """A frame as a list of buffers; the first starts with the 4-byte header."""
 
 
-_local = threading.local()
-
-
-def packb(obj: Any) -> bytes:
-    # One Packer per thread, as _values._pack keeps (msgpack.packb makes
-    # one per call, half the cost of packing a request); taken while in
-    # use, so that a signal handler packing in the same thread makes its own.
-    p = getattr(_local, "packer", None)
-    if p is None:
-        p = msgpack.Packer(use_bin_type=True)
-    _local.packer = None
-    try:
-        return p.pack(obj)  # on an exception the Packer drops what it had packed
-    finally:
-        _local.packer = p
+packb = ThreadPacker(use_bin_type=True).pack
+"""obj packed as MessagePack (str as str, bytes as bin), by the thread's Packer."""
 
 
 def frame(body: bytes) -> bytes:
@@ -95,13 +79,13 @@ def encode_request(rid: int, op: str, args: dict[str, Any], blob_key: Optional[s
     to the socket as it is)."""
     if blob_key is not None:
         pieces = blob if isinstance(blob, list) else [blob]
-        if len(pieces) == 1 and type(pieces[0]) is bytes:  # a plain item: one piece, its size its length
-            size = len(pieces[0])
-        else:
-            size = sum(memoryview(b).nbytes for b in pieces)
+        # A plain item is one bytes piece: its size is its length, and it
+        # goes into the frame as it is.
+        one = pieces[0] if len(pieces) == 1 and type(pieces[0]) is bytes else None
+        size = len(one) if one is not None else sum(memoryview(b).nbytes for b in pieces)
         if size < INLINE_BLOB:
             args = dict(args)
-            args[blob_key] = pieces[0] if len(pieces) == 1 and type(pieces[0]) is bytes else b"".join(pieces)
+            args[blob_key] = one if one is not None else b"".join(pieces)
             blob_key = None
     if blob_key is None:
         body = packb([rid, op, args])

@@ -58,23 +58,42 @@ _OOB_HEAD = struct.Struct("<BBHIQ")
 _OOB_ENTRY = struct.Struct("<QQ")
 _ZEROS = bytes(_OOB_ALIGN)
 
-_local = threading.local()
+class ThreadPacker:
+    """One msgpack Packer of the given options per thread: a Packer is not
+    thread-safe, and making one per call (msgpack.packb) costs more than
+    packing a small value. A thread's Packer is taken while in use, so that
+    a signal handler packing in the same thread makes its own."""
+
+    def __init__(self, **opts: Any) -> None:
+        self._opts = opts
+        self._local = threading.local()
+
+    def take(self) -> msgpack.Packer:
+        """The thread's Packer, for a batch; give it back after."""
+        p = getattr(self._local, "packer", None)
+        self._local.packer = None
+        return p if p is not None else msgpack.Packer(**self._opts)
+
+    def give(self, p: msgpack.Packer) -> None:
+        self._local.packer = p
+
+    def pack(self, obj: Any) -> bytes:
+        # take and give, inline: this is every request's and item's packing.
+        local = self._local
+        p = getattr(local, "packer", None)
+        if p is None:
+            p = msgpack.Packer(**self._opts)
+        local.packer = None
+        try:
+            return p.pack(obj)  # on an exception the Packer drops what it had packed
+        finally:
+            local.packer = p
 
 
-def _pack(obj: Any) -> bytes:
-    # strict_types: exact types only, a tuple is not a list, no default hook,
-    # so anything but plain data raises instead of changing type on the way.
-    # One Packer per thread (a Packer is not thread-safe; making one per call
-    # costs more than packing a small value); taken while in use, so that a
-    # signal handler packing in the same thread gets a fresh one.
-    p = getattr(_local, "packer", None)
-    if p is None:
-        p = msgpack.Packer(use_bin_type=True, strict_types=True)
-    _local.packer = None
-    try:
-        return p.pack(obj)  # on an exception the Packer drops what it had packed
-    finally:
-        _local.packer = p
+# strict_types: exact types only, a tuple is not a list, no default hook, so
+# anything but plain data raises instead of changing type on the way.
+_strict = ThreadPacker(use_bin_type=True, strict_types=True)
+_pack = _strict.pack
 
 
 _NOT_PLAIN = (TypeError, ValueError, OverflowError, UnicodeEncodeError)
@@ -107,10 +126,7 @@ def dumps(obj: Any) -> bytes:
 def dumps_many(objs: list[Any]) -> list[list[Any]]:
     """dumps_parts of each of objs (a put_many batch), with the thread's
     Packer taken once for the batch rather than once per item."""
-    p = getattr(_local, "packer", None)
-    if p is None:
-        p = msgpack.Packer(use_bin_type=True, strict_types=True)
-    _local.packer = None
+    p = _strict.take()
     try:
         out: list[list[Any]] = []
         for obj in objs:
@@ -123,7 +139,7 @@ def dumps_many(objs: list[Any]) -> list[list[Any]]:
             out.append(dumps_parts(obj))
         return out
     finally:
-        _local.packer = p
+        _strict.give(p)
 
 
 def loads_many(datas: list[Any]) -> list[Any]:
