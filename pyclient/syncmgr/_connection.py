@@ -238,14 +238,7 @@ class Client:
     def _take(self) -> Connection:
         # (A forked child has already dropped its parent's connections: see
         # _after_fork_in_child.)
-        with self._lock:
-            conn = self._pool.pop() if self._pool else None
-        if conn is not None:  # the usual case, first: a connection used just now
-            if time.monotonic() - conn.last_used < _IDLE_CHECK:
-                return conn
-            with self._lock:
-                self._pool.append(conn)  # for the checks below
-        deadline = time.monotonic() + CONNECT_TIMEOUT
+        deadline = 0.0  # set at the first connect: taking a pooled connection needs none
         pause = 0.01
         while True:
             while True:
@@ -264,6 +257,8 @@ class Client:
                 if not self._lost:
                     _log.info("syncmgr at %s closed idle connections (restarted?); reconnecting", self.address)
                     self._lost = True
+            if not deadline:
+                deadline = time.monotonic() + CONNECT_TIMEOUT
             try:
                 conn = self._connect_fresh()
                 break

@@ -128,16 +128,17 @@ class BaseProxy:
         return args
 
     def _call(self, op: str, **args: Any) -> Any:
-        # _call_blocking(op, 0.0, **args) without its keywords: the path of
-        # every socket call that does not wait.
-        try:
-            return self._client.call(op, self._args(args))
-        except exc.NoSuchObjectError as e:
-            self._after_restart(e)
-        return self._client.call(op, self._args(args))
+        return self._request(op, args)
 
     def _call_blocking(self, op: str, wait: Optional[float], undo: Any = None, blob_key: Optional[str] = None,
                        blob: Any = None, **args: Any) -> Any:
+        return self._request(op, args, wait, undo, blob_key, blob)
+
+    def _request(self, op: str, args: dict[str, Any], wait: Optional[float] = 0.0, undo: Any = None,
+                 blob_key: Optional[str] = None, blob: Any = None) -> Any:
+        """The call, made once more after a daemon restart re-created a
+        named object (_after_restart). Positional: the keywords of every
+        socket call cost more than the rest of its Python."""
         try:
             return self._client.call(op, self._args(args), wait=wait, undo=undo, blob_key=blob_key, blob=blob)
         except exc.NoSuchObjectError as e:
