@@ -385,9 +385,11 @@ def test_offsets_from_another_daemon_run_are_never_used(m, monkeypatch):
     fp = _fast.path_for(m._c())
     real = fp.client.call("fastpath_ref", {"kind": "lock", "name": lock._name})
     assert real["run"] == fp.run_id and fp.ref("lock", lock._name) == (real["off"], real["tag"])
-    # Nor does a create reply's copy of it, nor a word this process was told
-    # of before (the cache is per run: forget it, and ask again).
-    assert fp.ref("lock", lock._name, hint=dict(real, run="another-run")) is None
+    # Nor does a create reply's copy of it (noted for the first op), nor a
+    # word this process was told of before (the cache is per run: forget
+    # it, and ask again).
     fp.refs.clear()
+    fp.note("lock", lock._name, dict(real, run="another-run"))
+    assert ("lock", lock._name) not in fp.refs
     monkeypatch.setattr(fp.client, "call", lambda op, args: dict(real, run="another-run"))
     assert fp.ref("lock", lock._name) is None

@@ -10,7 +10,7 @@ import os
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Any, Optional, cast
+from typing import TYPE_CHECKING, Any, Optional
 
 from .. import _connection
 from .. import exceptions as exc
@@ -31,23 +31,20 @@ OK, BUSY, DAEMON = 0, 1, 2
 _MAX_REFS = 1 << 16  # entries of a FastPath's refs before it starts again
 
 
-# os.environ's own store (bytes to bytes on POSIX), which its writes keep
-# current: one dict look-up per create or unpickle, where os.environ.get
-# encodes the key and decodes the value (0.7 us).
-_environ_data: Optional[dict[bytes, bytes]] = getattr(os.environ, "_data", None)
-if not isinstance(_environ_data, dict):
-    _environ_data = None
-
-
 def enabled_by_env() -> bool:
     """Whether this process may use the fast path at all: the extension is
     built and SYNCMGR_FASTPATH is not 0 (read at each call, so a process
     may turn it off at any time)."""
     if _ext is None:
         return False
-    if _environ_data is None or getattr(os.environ, "_data", None) is not _environ_data:  # os.environ replaced
-        return os.environ.get("SYNCMGR_FASTPATH", "1") != "0"
-    return cast("dict[bytes, bytes]", _environ_data).get(b"SYNCMGR_FASTPATH", b"1") != b"0"
+    # os.environ's own store (bytes to bytes on POSIX, where the extension
+    # is built), which its writes keep current: one dict look-up per create
+    # or unpickle, where os.environ.get encodes the key and decodes the
+    # value (0.7 us). A replaced os.environ has none.
+    data = getattr(os.environ, "_data", None)
+    if type(data) is dict:
+        return data.get(b"SYNCMGR_FASTPATH", b"1") != b"0"
+    return os.environ.get("SYNCMGR_FASTPATH", "1") != "0"
 
 
 def _local_boot_id() -> str:
@@ -155,13 +152,20 @@ class FastPath:
         """Keep a create reply's word for the object (hint: its "fp") for
         this process's first op on it or on any proxy of it unpickled here,
         which then need no fastpath_ref (the tag is checked at that use)."""
-        if not isinstance(hint, dict) or hint.get("run") != self.run_id:
-            return
         try:
-            off, tag = int(hint["off"]), int(hint["tag"])
+            word = self._word(hint)
         except (KeyError, TypeError, ValueError):
             return
-        self._keep((kind, name), off, tag)
+        if word is not None:
+            self._keep((kind, name), *word)
+
+    def _word(self, r: Any) -> Optional[tuple[int, int]]:
+        """The offset and tag of a fastpath_ref answer (or a create reply's
+        copy of one), or None when another daemon run gave it: its offsets
+        are not for this segment."""
+        if not isinstance(r, dict) or r.get("run") != self.run_id:
+            return None
+        return int(r["off"]), int(r["tag"])
 
     def _keep(self, key: tuple[str, str], off: int, tag: int) -> None:
         """Remember an object's word (refs), starting the table again once
@@ -170,30 +174,25 @@ class FastPath:
             self.refs.clear()
         self.refs[key] = (off, tag)
 
-    def ref(self, kind: str, name: str, hint: Any = None) -> Optional[tuple[int, int]]:
+    def ref(self, kind: str, name: str) -> Optional[tuple[int, int]]:
         """The word offset and tag (kind | generation << 8) of an object, or
-        None to use the socket. hint is the create reply's copy of the
-        fastpath_ref answer; without one, an object this process has seen
-        before in this daemon run is found with no round trip (refs), as
-        long as its word still carries the same tag: a name deleted and
-        made again has another generation, so a stale entry is never used."""
+        None to use the socket. An object this process has seen before in
+        this daemon run (refs: a create's reply noted, an earlier ref) is
+        found with no round trip, as long as its word still carries the
+        same tag: a name deleted and made again has another generation, so
+        a stale entry is never used."""
         key = (kind, name)
-        r = hint
-        if r is None:
-            known = self.refs.get(key)
-            if known is not None and self.seg.tag(known[0]) == known[1]:
-                return known
-            try:
-                r = self.client.call("fastpath_ref", {"kind": kind, "name": name})
-            except exc.SyncMgrError:
-                return None
-        if not isinstance(r, dict) or r.get("run") != self.run_id:
-            return None  # another daemon run answered: its offsets are not for this segment
-        off, tag = int(r["off"]), int(r["tag"])
-        if self.seg.tag(off) != tag:  # deleted and reused since the reply
+        known = self.refs.get(key)
+        if known is not None and self.seg.tag(known[0]) == known[1]:
+            return known
+        try:
+            word = self._word(self.client.call("fastpath_ref", {"kind": kind, "name": name}))
+        except exc.SyncMgrError:
             return None
-        self._keep(key, off, tag)
-        return off, tag
+        if word is None or self.seg.tag(word[0]) != word[1]:  # another run's, or deleted and reused since
+            return None
+        self._keep(key, *word)
+        return word
 
 
 _paths: dict[int, Optional[FastPath]] = {}
