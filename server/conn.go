@@ -304,6 +304,12 @@ func (c *conn) loop() {
 		src = c.raw
 	}
 	br := bufio.NewReaderSize(src, 64<<10)
+	// The socket under the frames, told how much of a large body is still
+	// to come (rawIO.expect), less what crypto/tls may hold of it.
+	under, held := c.raw, 0
+	if under == nil {
+		under, held = tlsRecords(c.nc), tlsHeld
+	}
 	for {
 		n, err := wire.ReadHeader(br)
 		if err == nil && n > c.srv.cfg.MaxFrame {
@@ -314,7 +320,13 @@ func (c *conn) loop() {
 		}
 		var body []byte
 		if err == nil {
+			if under != nil {
+				under.expect(int(n) - br.Buffered() - held)
+			}
 			body, err = wire.ReadBodyAsItArrives(br, n)
+			if under != nil {
+				under.expect(0)
+			}
 		}
 		if err == nil {
 			err = c.execute(body)

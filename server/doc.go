@@ -29,7 +29,9 @@
 // connections and, below crypto/tls, TLS ones read and write their socket
 // by raw system calls on its non-blocking descriptor and wait through the
 // runtime's poller only when it is not ready (rawio.go; listen.go's
-// sniffConn for TLS). Either way, a request
+// sniffConn for TLS). While the rest of a large body is still to come on a
+// TCP socket, its SO_RCVLOWAT defers the reader's wake-up until 256 KiB
+// have arrived (rawIO.expect). Either way, a request
 // that has to wait is parked in a goroutine of its own with a context
 // derived from the connection's. Whether it replies at once or later, a
 // granting op's reply goes through conn.deliver, which commits the grant

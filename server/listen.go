@@ -276,3 +276,30 @@ func (c *sniffConn) Read(b []byte) (int, error) {
 
 // tlsHandshakeRecord is the first byte of a TLS client's first record.
 const tlsHandshakeRecord = 0x16
+
+// tlsHeld bounds what crypto/tls may hold of a frame's body once the
+// frame's header has been read, so the socket will surely still deliver
+// the body less this (rawIO.expect). All crypto/tls holds is in one buffer
+// (its rawInput): the plaintext of the record it is handing out, decrypted
+// in place, and the bytes it has read past that record. It reads the
+// socket only to complete a record, so with less than one record (16 KiB
+// and 261 bytes) unread and at most that plus 512 bytes asked for; the
+// buffer grows (doubling) only while that is more than half of it, so it
+// never grows past twice 68 KiB, and holds no more. Measured, a 1 MiB
+// frame's first read left 10-26 KiB of its body there.
+// TestTLSHoldsNoMoreThanTlsHeld checks the bound against the crypto/tls in
+// use.
+const tlsHeld = 160 << 10
+
+// tlsRecords is the raw reader below a TLS connection's records, or nil.
+func tlsRecords(nc net.Conn) *rawIO {
+	tc, ok := nc.(*tls.Conn)
+	if !ok {
+		return nil
+	}
+	sc, ok := tc.NetConn().(*sniffConn)
+	if !ok {
+		return nil
+	}
+	return sc.raw
+}

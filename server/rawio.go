@@ -19,7 +19,12 @@ import (
 // daemon) cost more than the call itself. Deadlines set on the connection
 // still apply: RawConn waits with them.
 type rawIO struct {
-	rc syscall.RawConn
+	rc  syscall.RawConn
+	tcp bool // a TCP socket, whose wake-ups SO_RCVLOWAT defers (expect)
+	// need is how many more bytes the socket will surely deliver (the
+	// rest of a large frame's body: expect), and lowat the socket's
+	// SO_RCVLOWAT as last set (0: never set, the kernel's 1).
+	need, lowat int
 }
 
 // newRawIO returns nc's raw reader and writer, or nil for a connection
@@ -29,8 +34,11 @@ func newRawIO(nc net.Conn) *rawIO {
 	if !ok {
 		return nil
 	}
+	var tcp bool
 	switch nc.(type) {
-	case *net.UnixConn, *net.TCPConn:
+	case *net.UnixConn:
+	case *net.TCPConn:
+		tcp = true
 	default:
 		return nil
 	}
@@ -38,7 +46,7 @@ func newRawIO(nc net.Conn) *rawIO {
 	if err != nil {
 		return nil
 	}
-	return &rawIO{rc: rc}
+	return &rawIO{rc: rc, tcp: tcp}
 }
 
 // Read implements io.Reader.
@@ -55,9 +63,13 @@ func (r *rawIO) Read(p []byte) (int, error) {
 			case unix.EINTR:
 				continue
 			case unix.EAGAIN:
+				r.setLowat(fd)
 				return false // not ready: wait on the poller, then call again
 			}
 			n, errno = int(r1), e
+			if e == 0 {
+				r.need = max(r.need-int(r1), 0)
+			}
 			return true
 		}
 	})
@@ -70,6 +82,53 @@ func (r *rawIO) Read(p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	return n, nil
+}
+
+// Wake-ups for a large frame's body. A peer whose large frame arrives in
+// many pieces (a TLS sender writes each 16 KiB record by itself) would wake
+// the reader for each: it found one record, read it and slept again, some
+// 20 context switches for a 1 MiB item over TLS. While the rest of a body
+// is still to come, the socket's SO_RCVLOWAT has the kernel wake the reader
+// only once lowatMax bytes (or the whole rest) have arrived. A peer's FIN
+// or an error still wakes it at once.
+const (
+	lowatMin = 64 << 10  // a rest below this waits as usual
+	lowatMax = 256 << 10 // wake at most this many bytes apart
+)
+
+// expect tells r that at least n more bytes will reach its socket before
+// the peer waits for anything from the daemon: the rest of a frame's body,
+// less all that layers above the socket may hold of it already. It must be
+// a lower bound: the reader waits for min(n, lowatMax) bytes, so a count
+// too high would wait for bytes that never come. (A peer that stops short
+// of the body it announced leaves the reader waiting, as reading the body
+// does anyway.) Each Read counts what it took off it. n <= 0, at the
+// body's end, sets the socket back at once: a connection handed to an
+// event loop is waited on there with no further word.
+func (r *rawIO) expect(n int) {
+	if !r.tcp {
+		return
+	}
+	r.need = max(n, 0)
+	if r.need < lowatMin && r.lowat > 1 {
+		_ = r.rc.Control(func(fd uintptr) { r.setLowat(fd) })
+	}
+}
+
+// setLowat sets the socket's SO_RCVLOWAT for the wait about to start: the
+// bytes still surely to come, up to lowatMax, or 1 once fewer than
+// lowatMin are. A refusal leaves the socket as it was.
+func (r *rawIO) setLowat(fd uintptr) {
+	want := 1
+	if r.need >= lowatMin {
+		want = min(r.need, lowatMax)
+	}
+	if want == max(r.lowat, 1) {
+		return
+	}
+	if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, want) == nil {
+		r.lowat = want
+	}
 }
 
 // writeBuffers writes every byte of bufs (one writev while the socket

@@ -1,13 +1,19 @@
 package server
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"io"
 	"net"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/syncmgr/syncmgr/wire"
 )
 
 // consume drops written bytes across buffer boundaries.
@@ -138,6 +144,213 @@ func TestTLSRecordsUseRawIO(t *testing.T) {
 		t.Fatalf("read back: %v", err)
 	}
 	if err := <-served; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func tcpPair(t *testing.T) (*net.TCPConn, *net.TCPConn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ch := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		ch <- c
+	}()
+	a, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := <-ch
+	if b == nil {
+		t.Fatal("accept failed")
+	}
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a.(*net.TCPConn), b.(*net.TCPConn)
+}
+
+func rcvLowat(t *testing.T, c *net.TCPConn) int {
+	t.Helper()
+	rc, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v int
+	var gerr error
+	if err := rc.Control(func(fd uintptr) { v, gerr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT) }); err != nil {
+		t.Fatal(err)
+	}
+	if gerr != nil {
+		t.Fatal(gerr)
+	}
+	return v
+}
+
+// While a large body is still to come, a reader that finds its socket
+// empty is woken only once lowatMax bytes have come (SO_RCVLOWAT), not at
+// each arrival; the body's end sets the socket back at once; with less
+// than lowatMin to come, each arrival wakes the reader again; a peer's
+// close wakes it at once however much was expected.
+func TestLargeBodyWakesTheReaderOnce(t *testing.T) {
+	a, b := tcpPair(t)
+	r := newRawIO(b)
+	if r == nil || !r.tcp {
+		t.Fatal("no raw I/O for a TCP socket")
+	}
+	type result struct {
+		n   int
+		err error
+	}
+	read := func(p []byte) chan result {
+		ch := make(chan result, 1)
+		go func() {
+			n, err := r.Read(p)
+			ch <- result{n, err}
+		}()
+		return ch
+	}
+	waitLowat := func(want int) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); rcvLowat(t, b) != want; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("SO_RCVLOWAT is %d, want %d", rcvLowat(t, b), want)
+			}
+		}
+	}
+	_ = b.SetReadDeadline(time.Now().Add(10 * time.Second))
+	p := make([]byte, 1<<20)
+	r.expect(1 << 20)
+	got := read(p)
+	waitLowat(lowatMax)
+	if _, err := a.Write(make([]byte, 100<<10)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case res := <-got:
+		t.Fatalf("the reader woke for %d bytes of a 1 MiB body (err %v)", res.n, res.err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	if _, err := a.Write(make([]byte, 200<<10)); err != nil {
+		t.Fatal(err)
+	}
+	res := <-got
+	if res.err != nil || res.n < lowatMax {
+		t.Fatalf("read %d bytes (%v), want at least %d", res.n, res.err, lowatMax)
+	}
+	if want := 1<<20 - res.n; r.need != want {
+		t.Fatalf("need %d after the read, want %d", r.need, want)
+	}
+
+	r.expect(0) // the body's end: at once, not at the next wait
+	if v := rcvLowat(t, b); v != 1 {
+		t.Fatalf("SO_RCVLOWAT is %d after the body's end, where an event loop would wait for a small request", v)
+	}
+	r.expect(lowatMin - 1) // too little to wait for: each arrival wakes
+	got = read(p)
+	waitLowat(1)
+	if _, err := a.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if res := <-got; res.err != nil || res.n != 1 {
+		t.Fatalf("read %d bytes (%v), want 1", res.n, res.err)
+	}
+
+	r.expect(1 << 20)
+	got = read(p)
+	waitLowat(lowatMax)
+	a.Close()
+	select {
+	case res := <-got:
+		if !errors.Is(res.err, io.EOF) {
+			t.Fatalf("after the peer closed: %d bytes, %v; want EOF", res.n, res.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the peer's close did not wake a reader waiting for more than had come")
+	}
+}
+
+// What the loop tells a TLS connection's socket to expect of a body is
+// never more than the socket then delivers until the body is read (else a
+// reader would wait for bytes that never come): frames of many sizes,
+// written whole or in pieces, each read as the loop reads it, against the
+// crypto/tls in use. This is the check of tlsHeld.
+func TestTLSHoldsNoMoreThanTlsHeld(t *testing.T) {
+	cfg, _, err := SelfSignedTLS("127.0.0.1", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := ListenTCP("127.0.0.1:0", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	sizes := []int{100, 1 << 20, 200 << 10, 5 << 20, tlsHeld + lowatMin, 130 << 10, 1<<20 + 7, 3 << 20, 64 << 10, 2 << 20}
+	acks := make(chan struct{})
+	sent := make(chan error, 1)
+	go func() {
+		c, err := tls.Dial("tcp", ln.Addr().String(), &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // a test's own certificate
+		if err != nil {
+			sent <- err
+			return
+		}
+		defer c.Close()
+		for i, n := range sizes {
+			frame := make([]byte, 4+n)
+			binary.BigEndian.PutUint32(frame, uint32(n))
+			for j := range n {
+				frame[4+j] = byte(i + j)
+			}
+			pieces := [][]byte{frame}
+			if i%2 == 1 { // as the Python client writes an item: header and envelope, then the item
+				pieces = [][]byte{frame[:4], frame[4:20], frame[20 : 20+n/2], frame[20+n/2:]}
+			}
+			for _, p := range pieces {
+				if _, err := c.Write(p); err != nil {
+					sent <- err
+					return
+				}
+			}
+			<-acks
+		}
+		sent <- nil
+	}()
+	c, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	under := tlsRecords(c)
+	if under == nil || !under.tcp {
+		t.Fatal("a TLS connection's socket has no raw I/O")
+	}
+	br := bufio.NewReaderSize(c, 64<<10)
+	for i, size := range sizes {
+		n, err := wire.ReadHeader(br)
+		if err != nil || int(n) != size {
+			t.Fatalf("frame %d: header %d (%v), want %d", i, n, err, size)
+		}
+		under.expect(int(n) - br.Buffered() - tlsHeld)
+		told := under.need
+		body, err := wire.ReadBodyAsItArrives(br, n)
+		if err != nil {
+			t.Fatalf("frame %d: %v", i, err)
+		}
+		if under.need != 0 {
+			t.Fatalf("frame %d of %d bytes: the socket was told to expect %d bytes, %d more than it delivered", i, size, told, under.need)
+		}
+		for j, v := range body {
+			if v != byte(i+j) {
+				t.Fatalf("frame %d: byte %d is %d", i, j, v)
+			}
+		}
+		under.expect(0)
+		acks <- struct{}{}
+	}
+	if err := <-sent; err != nil {
 		t.Fatal(err)
 	}
 }
