@@ -220,8 +220,9 @@ static int batch_encode(Ring *r, PyObject **items, Py_ssize_t n, BatchItem *bi) 
  * or none does. DAEMON, with nothing stored: the daemon's flags, an item
  * over the inline limit or not encodable here, a batch of more than half
  * the ring's bytes or more items than maxsize (the daemon's put_many takes
- * those), or a corrupt ring. While there is no room for all it waits, as
- * put does. */
+ * those), the ring short of bytes for them (the daemon keeps what it has
+ * no room for), or a corrupt ring. While the queue's count has no room for
+ * all it waits, as put does. */
 static PyObject *ring_put_many(Ring *r, PyObject *const *args, Py_ssize_t nargs) {
     NARGS(2, "put_many");
     double timeout;
@@ -271,9 +272,18 @@ static PyObject *ring_put_many(Ring *r, PyObject *const *args, Py_ssize_t nargs)
             res = RES_DAEMON;
             break;
         }
-        int room = (((t & POS_MASK) - hp) & POS_MASK) <= r->cap && (!r->maxsize || cnt + (uint64_t)n <= r->maxsize) &&
-                   (!r->joinable || unfinished(r, t0) + (uint64_t)n < MAX_UNFINISHED);
-        if (room) {
+        /* As put's ring_fits: a full count (maxsize, a JoinableQueue's
+         * unfinished tasks) waits; a ring short of bytes sends the batch to
+         * the daemon, which keeps what the ring has no room for (its over):
+         * a put onto a queue with no maxsize never waits. */
+        int count_room = (!r->maxsize || cnt + (uint64_t)n <= r->maxsize) &&
+                         (!r->joinable || unfinished(r, t0) + (uint64_t)n < MAX_UNFINISHED);
+        if (count_room && (((t & POS_MASK) - hp) & POS_MASK) > r->cap) {
+            latch_free(r, 0);
+            res = RES_DAEMON;
+            break;
+        }
+        if (count_room) {
             t = t0;
             for (Py_ssize_t i = 0; i < n; i++)
                 t = bi[i].parts != NULL ? ring_writev(r, t, bi[i].parts, bi[i].nparts, bi[i].na, 0)

@@ -199,6 +199,28 @@ def test_large_items_keep_their_place():
         d.close()
 
 
+def test_put_many_past_the_rings_room_does_not_wait():
+    """Batches that each fit the ring but together overflow it, on a queue
+    with no maxsize: each goes to the daemon once the ring is short of
+    bytes, as a put does, and none waits (with the wait the test gives,
+    one that did would raise Full); the order is kept."""
+    d = start_daemon("--queue-ring-bytes", "1048576")
+    try:
+        m = syncmgr.connect(d.address, d.key)
+        q = m.Queue()
+        assert _fast.active(q)
+        batches = [[b"%02d%04d" % (k, i) + b"." * 1000 for i in range(300)] for k in range(6)]  # ~300 KB each
+        for b in batches:
+            q.put_many(b, timeout=5)
+        assert q.qsize() == 1800
+        got: list = []
+        while len(got) < 1800:
+            got += q.get_many(2000, timeout=5)
+        assert got == [x for b in batches for x in b]
+    finally:
+        d.close()
+
+
 def _flood(q, n, size, half):
     for i in range(n):
         q.put(b"%08d" % i + b"." * (size - 8))
