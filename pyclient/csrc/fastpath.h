@@ -17,6 +17,7 @@
  *   fp_semaphore.c    Semaphore and BoundedSemaphore (the latch protocol)
  *   fp_event_value.c  Event and numeric Value
  *   fp_queue.c        Queue: the Ring type (records in a shared ring)
+ *   fp_itembuf.c      Queue: the memory large items are copied out into
  *   fp_module.c       the Segment and LockHandle types, the module
  *
  * CPython C API and the C library only. The GIL is released while a thread

@@ -4,21 +4,6 @@
  * records, sleeps, one-store commits) is fp_ring.c's. */
 #include "fp_ring.h"
 
-/* A new bytearray holding a copy of n bytes at data (a large copy lets
- * other threads run); NULL with an exception. */
-static PyObject *bytearray_copy(const unsigned char *data, uint64_t n) {
-    if (n < BIG_COPY)
-        return PyByteArray_FromStringAndSize((const char *)data, (Py_ssize_t)n);
-    PyObject *out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)n);
-    if (out == NULL)
-        return NULL;
-    char *dst = PyByteArray_AS_STRING(out);
-    Py_BEGIN_ALLOW_THREADS
-    memcpy(dst, data, n);
-    Py_END_ALLOW_THREADS
-    return out;
-}
-
 /* The put loop for an encoded item in two pieces (a header and a body). */
 static int put_core(Ring *r, const void *a, uint64_t na, const void *b, uint64_t nb, double timeout) {
     Part parts[2] = {{a, na}, {b, nb}};
@@ -332,7 +317,7 @@ static PyObject *get_core(Ring *r, double timeout, int decode, int *res) {
             if (!decode)
                 out = PyBytes_FromStringAndSize((const char *)data, (Py_ssize_t)n);
             else if ((out = decode_scalar(data, n)) == NULL && !PyErr_Occurred())
-                out = bytearray_copy(data, n);
+                out = item_copy(data, n);
             if (out == NULL) { /* no memory: the item stays at the head */
                 latch_free(r, 0);
                 *res = -1;
@@ -432,7 +417,7 @@ static PyObject *ring_get_many(Ring *r, PyObject *const *args, Py_ssize_t nargs)
                 break;
             PyObject *b = decode_scalar(data, n);
             if (b == NULL && !PyErr_Occurred())
-                b = bytearray_copy(data, n);
+                b = item_copy(data, n);
             if (b == NULL || PyList_Append(list, b) < 0) {
                 Py_XDECREF(b);
                 Py_DECREF(list);
@@ -727,7 +712,7 @@ PyMethodDef queue_module_methods[] = {
 };
 
 int queue_add_types(PyObject *m) {
-    if (PyType_Ready(&RingType) < 0)
+    if (PyType_Ready(&RingType) < 0 || itembuf_add_types(m) < 0)
         return -1;
     Q_ENCODE = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
     Q_NONE = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);

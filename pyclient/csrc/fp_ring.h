@@ -42,6 +42,10 @@
 #define RING_MAX_CAP (1ULL << 30)
 /* Copies of at least this many bytes let go of the GIL. */
 #define BIG_COPY (256u << 10)
+/* fp_itembuf.c: a copy of an item out of the ring for Python to decode
+ * (a bytearray, or a memoryview of reused memory for a large one). */
+PyObject *item_copy(const unsigned char *data, uint64_t n);
+int itembuf_add_types(PyObject *m);
 /* Buffers put_parts takes at once. */
 #define MAX_PARTS 1024
 #define JOURNAL_GET 1ULL

@@ -34,6 +34,17 @@ CONNECT_TIMEOUT = 10.0
 # (see Connection._send).
 _SSL_JOIN_MAX = 64 << 10
 
+try:  # memory reused from one large reply to the next (no fresh pages to fault in)
+    from ._fastpath import item_buffer as _item_buffer
+except ImportError:  # no extension: the socket path alone
+    _item_buffer = None
+
+
+def _big_buffer(n: int) -> memoryview:
+    """n writable bytes for a reply too large for the receive buffer, all
+    of which the caller fills."""
+    return memoryview(bytearray(n)) if _item_buffer is None else _item_buffer(n)
+
 
 def default_address() -> str:
     """$SYNCMGR_ADDRESS, else the daemon's default socket path."""
@@ -181,7 +192,7 @@ class Connection:
         have = self._rend - self._rstart
         item = bin_start(self._rview[self._rstart:self._rend])
         pad = 0 if item is None else -item[1] % ITEM_ALIGN
-        view = memoryview(bytearray(pad + n))[pad:]
+        view = _big_buffer(pad + n)[pad:]
         view[:have] = self._rview[self._rstart:self._rend]
         self._rstart = self._rend = 0
         while have < n:

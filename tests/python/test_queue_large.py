@@ -141,6 +141,90 @@ def test_socket_put_and_get_of_arrays_copy_nothing_extra(daemon):
     assert p.returncode == 0 and out.split() == ["ok"], err
 
 
+# --- the memory large items are read into (fp_itembuf.c) ----------------------
+
+@pytest.mark.skipif(_fast._ext is None, reason="extension not built")
+@pytest.mark.parametrize("fastpath", ["1", "0"])
+def test_large_items_reuse_memory_only_once_dropped(daemon, fastpath):
+    """A large item got from the ring (or read from the socket) lands in
+    memory that an earlier, dropped item used, so its pages are not faulted
+    in again; never in memory an array still uses; the bytes are the new
+    item's only; a batch dropped leaves some cached, at most 64 MiB. Without the
+    extension's buffers the socket path reads into a bytearray."""
+    p = run_py(daemon, """
+        import os, syncmgr, numpy as np
+        from syncmgr import _fast, _conn
+        from syncmgr import _fastpath as F
+        m = syncmgr.connect(os.environ["SYNCMGR_ADDRESS"], bytes.fromhex(os.environ["SYNCMGR_AUTHKEY"]))
+        q = m.Queue()
+        assert bool(_fast.active(q)) == (os.environ["SYNCMGR_FASTPATH"] == "1")
+        a = np.arange(1 << 17, dtype=np.float64)  # 1 MiB
+        q.put(a)
+        x = q.get(timeout=30)
+        addr = x.ctypes.data
+        q.put(a)
+        y = q.get(timeout=30)
+        assert y.ctypes.data != addr  # x still uses its memory
+        y[:] = 5
+        assert (x == a).all() and F._item_cache() == (0, 0)
+        del x
+        assert F._item_cache()[0] == 1, F._item_cache()
+        q.put(a * 2)
+        z = q.get(timeout=30)
+        assert z.ctypes.data == addr and (z == a * 2).all() and z.flags.writeable
+        assert F._item_cache() == (0, 0)
+        for _ in range(4):
+            q.put_many([a] * 25)
+        got = []
+        while len(got) < 100:
+            got += q.get_many(100, timeout=30)
+        assert len(got) == 100 and all((g == a).all() for g in got)
+        del got
+        n, size = F._item_cache()  # (a socket get_many's reply is one buffer for all its items)
+        assert 1 <= n <= 64 and (1 << 20) < size <= 64 << 20, (n, size)
+        _conn._item_buffer = None  # as without the extension
+        q.put(a)
+        w = q.get(timeout=30)
+        assert (w == a).all() and w.flags.writeable
+        print("ok", flush=True)
+    """, SYNCMGR_FASTPATH=fastpath)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0 and out.split() == ["ok"], err
+
+
+@fast_only
+def test_no_memory_for_a_large_item_leaves_it_in_the_queue(daemon):
+    """A get that cannot have memory for a large item raises MemoryError and
+    takes nothing: the item is the next get's."""
+    p = run_py(daemon, """
+        import os, resource, syncmgr, numpy as np
+        from syncmgr import _fast
+        m = syncmgr.connect(os.environ["SYNCMGR_ADDRESS"], bytes.fromhex(os.environ["SYNCMGR_AUTHKEY"]))
+        q = m.Queue()
+        assert _fast.active(q)
+        a = np.arange(1 << 20, dtype=np.float64)  # 8 MiB
+        q.put(a)
+        q.put(1)
+        vm = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmSize:")) << 10
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        resource.setrlimit(resource.RLIMIT_AS, (vm + (4 << 20), hard))
+        try:
+            q.get(timeout=5)
+        except MemoryError:
+            pass
+        else:
+            raise AssertionError("a get with no memory for its item succeeded")
+        finally:
+            resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+        assert q.qsize() == 2, q.qsize()
+        b = q.get(timeout=5)
+        assert (b == a).all() and q.get(timeout=5) == 1
+        print("ok", flush=True)
+    """)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0 and out.split() == ["ok"], err
+
+
 @pytest.mark.parametrize("floor", ["-1", "2000000000000", "lots"])
 def test_gc_floor_refuses_bad_values(floor):
     r = subprocess.run([BIN, "serve", "--socket", "none", "--tcp", "127.0.0.1:0", "--gc-floor", floor],

@@ -50,6 +50,12 @@ def open_ring(fp: FastPath, kind: str, name: str) -> Any:
                 os.close(fd)
 
 
+# What the ring's gets return for Python to decode: an item's encoding, as
+# a bytearray, or as a memoryview of memory the extension reuses for large
+# items (fp_itembuf.c). Plain scalars come back decoded.
+_ENCODED = (bytearray, memoryview)
+
+
 def _prepared(x: Any) -> Any:
     """A put_many item that is not a plain scalar, encoded (a pickling error
     raises here, before anything is stored): a bytearray, or the list of its
@@ -144,7 +150,7 @@ class QueueHandle(Handle):
         t = -1.0 if block is True and timeout is None else queue_timeout(block, timeout)
         if self.fp.ok or self.usable():
             r = self.ring.get_item(t)
-            if type(r) is bytearray:  # not a plain scalar: Python decodes it
+            if type(r) in _ENCODED:  # not a plain scalar: Python decodes it
                 return _loads(r)
             if r is _QEMPTY:
                 raise exc.Empty(_EMPTY)
@@ -161,7 +167,7 @@ class QueueHandle(Handle):
         caller that must not block and tries again (an asyncio consumer)."""
         if self.fp.ok or self.usable():
             r = self.ring.get_item(0.0)
-            if type(r) is bytearray:
+            if type(r) in _ENCODED:
                 return _loads(r)
             if r is not _QEMPTY and r is not _QDAEMON:
                 return r
@@ -220,7 +226,7 @@ class QueueHandle(Handle):
         if self.fp.ok or self.usable():
             r = self.ring.get_many(max_items, t)
             if type(r) is list:
-                return [_loads(x) if type(x) is bytearray else x for x in r]
+                return [_loads(x) if type(x) in _ENCODED else x for x in r]
             if r == BUSY:
                 raise exc.Empty(_EMPTY)
         return self.slow("get_many", max_items, block, timeout)  # type: ignore[no-any-return]
