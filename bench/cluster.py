@@ -22,7 +22,8 @@ raylet and object store). Three parts, each in one run:
   put into a Queue whose consumer is on the other node, on its fast path:
   ``put_many`` of 64 x 8-byte items, and 1 MiB numpy arrays. Each producer
   connects (its key from the cluster, its TLS handshake) before the clock
-  starts.
+  starts, and a run is long enough (about a second) that the Ray calls
+  starting it and its first cold pages are a small part of it.
 
     python bench/cluster.py            # rewrites its section of docs/benchmarks.md
     python bench/cluster.py --smoke    # a few steps of each; writes nothing
@@ -286,7 +287,7 @@ def run(smoke: bool) -> dict[str, Any]:
             name = f"ingest-{'big' if big else 'small'}"
             cons = _pin(ray, Consumer, a_node).remote(cluster, name)
             q = ray.get(cons.queue.remote())
-            n_batches = (20 if big else 200) if smoke else (100 if big else 4000)
+            n_batches = (20 if big else 200) if smoke else (300 if big else 4000)
             prods = [_pin(ray, Producer, b_node).remote() for _ in range(4)]
             n_items = 4 * n_batches * (1 if big else 64)
             ray.get([p.warm.remote(q) for p in prods])
@@ -367,7 +368,8 @@ def write_doc(R: dict[str, Any], path: str) -> None:
         f"without Ray), shards of {' and '.join(f'{n:,}' for n in R['sizes'])} transitions. "
         "A remote producer's `put_many` of 64 items is one request over TCP+TLS; a 1 MiB array is one `put`; each "
         "producer has connected before the clock starts; each ingestion row is the median of "
-        f"{R['ingest_small'].get('trials', 1)} runs.", "",
+        f"{R['ingest_small'].get('trials', 1)} runs, each of {R['ingest_small']['items']:,} items or "
+        f"{R['ingest_big']['bytes'] / (1 << 30):.2f} GiB of arrays.", "",
         report(R, True), "", END])
     T.write_section(path, BEGIN, END, body)
 
