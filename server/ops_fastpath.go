@@ -55,8 +55,15 @@ func fastpathOps(t *opTable) {
 // fastRefReply is an object's word as fastpath_ref (and a fast-path
 // client's create) answers it: its offset and tag in the segment, and the
 // daemon run they belong to.
-func fastRefReply(c *conn, ref statemem.Ref) map[string]any {
-	return map[string]any{"off": int64(ref.Off), "tag": int64(ref.Tag), "run": c.srv.runID}
+func fastRefReply(c *conn, ref statemem.Ref) *fastWord {
+	return &fastWord{Off: int64(ref.Off), Tag: int64(ref.Tag), Run: c.srv.runID}
+}
+
+// fastWord is fastRefReply's answer, encoded as a map of off, tag and run.
+type fastWord struct {
+	Off int64  `msgpack:"off"`
+	Tag int64  `msgpack:"tag"`
+	Run string `msgpack:"run"`
 }
 
 // fastpathAllowed checks that this connection may use the fast path: the

@@ -214,13 +214,17 @@ class Manager:
         args: dict[str, Any] = {"kind": cls._kind, **params}
         if name is not None:
             args["name"] = name
-        if _fast.wants_ref(client, cls._kind):
+        fp = _fast.ref_path(client, cls._kind)
+        if fp is not None:
             args["fastpath"] = True  # the reply carries the object's word: one round trip
         res = client.call("create", args)
         p = cls.__new__(cls)
         p._bind(client, res["name"], owned=True, params=params or None)
         p._setstate(state)
-        _fast.attach(p, res.get("fp"))
+        if fp is None:
+            _fast.attach(p)
+        else:
+            _fast.adopt(p, fp, res.get("fp"))
         return p
 
     def Lock(self, name: Optional[str] = None) -> px.LockProxy:  # noqa: N802

@@ -56,7 +56,6 @@ it hands every other op to the proxy class's own method, the socket path
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any, Optional, cast
 
 from .handle import Handle
@@ -69,7 +68,7 @@ if TYPE_CHECKING:
     from .._proxies import BaseProxy
 
 __all__ = ["FastPath", "_ext", "active", "attach", "enabled_by_env", "handle", "path_for", "proxy_type", "reasons",
-           "reattach", "resolve", "wants_ref"]
+           "adopt", "reattach", "ref_path", "resolve"]
 
 # The fast path's families, one line each: a handle class and the proxy
 # kinds it serves, each with the kind of word the daemon keeps for such an
@@ -98,16 +97,17 @@ for _cls, _kinds in _FAMILIES:
 del _cls, _kinds, _kind, _word
 
 
-def wants_ref(client: Client, kind: str) -> bool:
-    """Whether a create of kind should ask for the object's word in its
-    reply (the "fastpath" argument): this process has mapped client's
-    daemon's segment already. (It does not map it here: the create comes
-    first, so that a client short of connections still gets its object,
-    on the socket path.)"""
+def ref_path(client: Client, kind: str) -> Optional[FastPath]:
+    """The fast path a create of kind should ask the object's word for in
+    its reply (the "fastpath" argument, then adopt), or None: this process
+    has mapped client's daemon's segment already. (It does not map it here:
+    the create comes first, so that a client short of connections still
+    gets its object, on the socket path.) A forked child finds none of its
+    parent's: the fork hook empties _paths and marks them not ok."""
     if kind not in _WORDS or not enabled_by_env():
-        return False
+        return None
     fp = _paths.get(id(client))
-    return fp is not None and fp.ok and fp.pid == os.getpid()
+    return fp if fp is not None and fp.ok else None
 
 
 def attach(proxy: BaseProxy, hint: Any = None) -> None:
@@ -126,12 +126,24 @@ def attach(proxy: BaseProxy, hint: Any = None) -> None:
     if pending is None:
         return
     # The process's mapping is made now, once (the next creates then ask
-    # for their words: wants_ref); the object's handle at its first op.
+    # for their words: ref_path); the object's handle at its first op.
     fp = path_for(proxy._client)
     if fp is None or not fp.ok:
         return
     if hint is not None:
         fp.note(proxy._kind, proxy._name, hint)
+    proxy.__class__ = pending
+
+
+def adopt(proxy: BaseProxy, fp: FastPath, hint: Any) -> None:
+    """attach for a proxy whose create asked fp for its word (ref_path) and
+    got it in the reply (hint), with what ref_path checked not checked
+    again: the word is kept for the first op and the class made pending."""
+    pending = _pending_always.get(type(proxy))
+    if pending is None or hint is None or not fp.ok:  # per-object serves, a refusal, a daemon gone since
+        attach(proxy, hint)
+        return
+    fp.note(proxy._kind, proxy._name, hint)
     proxy.__class__ = pending
 
 
@@ -149,6 +161,7 @@ _ALWAYS = frozenset(_RINGS) | {k for k, ws in _WORDS.items()
 
 
 _pending: dict[type, type] = {}  # proxy class -> its pending class
+_pending_always: dict[type, type] = {}  # the same, for the classes whose every object is served (adopt)
 
 
 def _pending_class(cls: type) -> Optional[type]:
@@ -174,6 +187,8 @@ def _pending_class(cls: type) -> Optional[type]:
     ns["__qualname__"] = cls.__qualname__
     pending = type(cls.__name__, (cls,), ns)
     _pending[cls] = pending
+    if kind in _ALWAYS:
+        _pending_always[cls] = pending
     return pending
 
 
