@@ -87,10 +87,10 @@ func unixPair(t *testing.T) (net.Conn, net.Conn) {
 	return a, b
 }
 
-// A TLS connection's records go through raw I/O once the sniff read is
-// done: 4 MiB each way across full socket buffers, and a read deadline
-// still ends a read that nothing answers, as a timeout.
-func TestTLSRecordsUseRawIO(t *testing.T) {
+// tlsListener is the daemon's TLS listener on a loopback port, with a
+// certificate of its own; the test closes it at its end.
+func tlsListener(t *testing.T) net.Listener {
+	t.Helper()
 	cfg, _, err := SelfSignedTLS("127.0.0.1", time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -99,7 +99,15 @@ func TestTLSRecordsUseRawIO(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	t.Cleanup(func() { ln.Close() })
+	return ln
+}
+
+// A TLS connection's records go through raw I/O once the sniff read is
+// done: 4 MiB each way across full socket buffers, and a read deadline
+// still ends a read that nothing answers, as a timeout.
+func TestTLSRecordsUseRawIO(t *testing.T) {
+	ln := tlsListener(t)
 	big := bytes.Repeat([]byte("0123456789abcdef"), 1<<18)
 	served := make(chan error, 1)
 	go func() {
@@ -278,15 +286,7 @@ func TestLargeBodyWakesTheReaderOnce(t *testing.T) {
 // written whole or in pieces, each read as the loop reads it, against the
 // crypto/tls in use. This is the check of tlsHeld.
 func TestTLSHoldsNoMoreThanTlsHeld(t *testing.T) {
-	cfg, _, err := SelfSignedTLS("127.0.0.1", time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := ListenTCP("127.0.0.1:0", cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	ln := tlsListener(t)
 	sizes := []int{100, 1 << 20, 200 << 10, 5 << 20, tlsHeld + lowatMin, 130 << 10, 1<<20 + 7, 3 << 20, 64 << 10, 2 << 20}
 	acks := make(chan struct{})
 	sent := make(chan error, 1)
