@@ -67,8 +67,14 @@ func TestRawIOAcrossFullBuffers(t *testing.T) {
 
 func unixPair(t *testing.T) (net.Conn, net.Conn) {
 	t.Helper()
-	path := t.TempDir() + "/s"
-	ln, err := net.Listen("unix", path)
+	return connPair(t, "unix", t.TempDir()+"/s")
+}
+
+// connPair is a connected pair of sockets of network on a listener at
+// addr, both closed when the test ends.
+func connPair(t *testing.T, network, addr string) (net.Conn, net.Conn) {
+	t.Helper()
+	ln, err := net.Listen(network, addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,11 +84,15 @@ func unixPair(t *testing.T) (net.Conn, net.Conn) {
 		c, _ := ln.Accept()
 		ch <- c
 	}()
-	a, err := net.Dial("unix", path)
+	a, err := net.Dial(network, ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	b := <-ch
+	if b == nil {
+		a.Close()
+		t.Fatal("accept failed")
+	}
 	t.Cleanup(func() { a.Close(); b.Close() })
 	return a, b
 }
@@ -158,25 +168,7 @@ func TestTLSRecordsUseRawIO(t *testing.T) {
 
 func tcpPair(t *testing.T) (*net.TCPConn, *net.TCPConn) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	ch := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		ch <- c
-	}()
-	a, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := <-ch
-	if b == nil {
-		t.Fatal("accept failed")
-	}
-	t.Cleanup(func() { a.Close(); b.Close() })
+	a, b := connPair(t, "tcp", "127.0.0.1:0")
 	return a.(*net.TCPConn), b.(*net.TCPConn)
 }
 
