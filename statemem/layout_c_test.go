@@ -115,6 +115,8 @@ var cOnly = map[string]string{
 	"HANDLE_LOCK":      "LockHandle's kind argument, between the C extension and its Python caller",
 	"HANDLE_RLOCK":     "LockHandle's kind argument, between the C extension and its Python caller",
 	"HANDLE_SEMAPHORE": "LockHandle's kind argument, between the C extension and its Python caller",
+	"CACHE_SLOTS":      "mappings the extension keeps per process for large items' memory (fp_itembuf.c), not shared",
+	"CACHE_BYTES":      "bytes the extension keeps per process for large items' memory (fp_itembuf.c), not shared",
 }
 
 // cSources is where the C extension is, from this package's directory.
