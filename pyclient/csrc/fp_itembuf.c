@@ -43,11 +43,14 @@ static size_t page_size(void) {
     return page;
 }
 
-static void cache_drop(int i) {
-    munmap(cache[i].mem, cache[i].cap);
+/* Entry i, out of the cache (its mapping now the caller's); *cap its size. */
+static unsigned char *cache_take(int i, size_t *cap) {
+    unsigned char *mem = cache[i].mem;
+    *cap = cache[i].cap;
     cached_cap -= cache[i].cap;
     memmove(&cache[i], &cache[i + 1], (size_t)(cached - i - 1) * sizeof cache[0]);
     cached--;
+    return mem;
 }
 
 /* A mapping of at least n bytes: the newest cached one of n to n + n/4
@@ -59,16 +62,9 @@ static unsigned char *mem_take(size_t n, size_t *cap) {
     size_t want = (n + page - 1) / page * page;
     if (want == 0)
         want = page;
-    for (int i = cached - 1; i >= 0; i--) {
-        if (cache[i].cap >= want && cache[i].cap - want <= want / 4) {
-            unsigned char *mem = cache[i].mem;
-            *cap = cache[i].cap;
-            cached_cap -= cache[i].cap;
-            memmove(&cache[i], &cache[i + 1], (size_t)(cached - i - 1) * sizeof cache[0]);
-            cached--;
-            return mem;
-        }
-    }
+    for (int i = cached - 1; i >= 0; i--)
+        if (cache[i].cap >= want && cache[i].cap - want <= want / 4)
+            return cache_take(i, cap);
     void *p = mmap(NULL, want, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
     if (p == MAP_FAILED)
         return NULL;
@@ -83,8 +79,11 @@ static void mem_give(unsigned char *mem, size_t cap) {
         munmap(mem, cap);
         return;
     }
-    while (cached > 0 && (cached == CACHE_SLOTS || cached_cap + cap > CACHE_BYTES))
-        cache_drop(0);
+    while (cached > 0 && (cached == CACHE_SLOTS || cached_cap + cap > CACHE_BYTES)) {
+        size_t old;
+        unsigned char *oldest = cache_take(0, &old);
+        munmap(oldest, old);
+    }
     cache[cached].mem = mem;
     cache[cached].cap = cap;
     cached++;
@@ -114,9 +113,10 @@ static PyTypeObject ItemBufType = {
     .tp_as_buffer = &itembuf_as_buffer,
 };
 
-/* A new ItemBuffer of n bytes (their contents whatever the memory held);
- * NULL with an exception. */
-static ItemBuf *itembuf_new(size_t n) {
+/* A writable memoryview of a new ItemBuffer of n bytes: a copy of the n
+ * bytes at data (made with the GIL let go), or, with data NULL, whatever
+ * the memory held. NULL with an exception. */
+static PyObject *itembuf_view(const unsigned char *data, size_t n) {
     ItemBuf *b = PyObject_New(ItemBuf, &ItemBufType);
     if (b == NULL)
         return NULL;
@@ -124,28 +124,25 @@ static ItemBuf *itembuf_new(size_t n) {
     b->mem = mem_take(n, &b->cap);
     if (b->mem == NULL) {
         Py_DECREF(b);
-        PyErr_NoMemory();
-        return NULL;
+        return PyErr_NoMemory();
     }
-    return b;
-}
-
-/* A copy of the n bytes at data, for Python to decode: a bytearray, or
- * from BIG_COPY bytes on a writable memoryview of an ItemBuffer, copied
- * with the GIL let go. NULL with an exception. */
-PyObject *item_copy(const unsigned char *data, uint64_t n) {
-    if (n < BIG_COPY)
-        return PyByteArray_FromStringAndSize((const char *)data, (Py_ssize_t)n);
-    ItemBuf *b = itembuf_new((size_t)n);
-    if (b == NULL)
-        return NULL;
-    unsigned char *dst = b->mem;
-    Py_BEGIN_ALLOW_THREADS
-    memcpy(dst, data, n);
-    Py_END_ALLOW_THREADS
+    if (data != NULL) {
+        unsigned char *dst = b->mem;
+        Py_BEGIN_ALLOW_THREADS
+        memcpy(dst, data, n);
+        Py_END_ALLOW_THREADS
+    }
     PyObject *view = PyMemoryView_FromObject((PyObject *)b);
     Py_DECREF(b);
     return view;
+}
+
+/* A copy of the n bytes at data, for Python to decode: a bytearray, or
+ * from BIG_COPY bytes an ItemBuffer's memoryview. NULL with an exception. */
+PyObject *item_copy(const unsigned char *data, uint64_t n) {
+    if (n < BIG_COPY)
+        return PyByteArray_FromStringAndSize((const char *)data, (Py_ssize_t)n);
+    return itembuf_view(data, (size_t)n);
 }
 
 /* item_buffer(n) -> memoryview: n writable bytes of the memory large items
@@ -159,12 +156,7 @@ static PyObject *item_buffer(PyObject *Py_UNUSED(m), PyObject *arg) {
         PyErr_SetString(PyExc_ValueError, "item_buffer: the size must be positive");
         return NULL;
     }
-    ItemBuf *b = itembuf_new((size_t)n);
-    if (b == NULL)
-        return NULL;
-    PyObject *view = PyMemoryView_FromObject((PyObject *)b);
-    Py_DECREF(b);
-    return view;
+    return itembuf_view(NULL, (size_t)n);
 }
 
 /* _item_cache() -> (mappings, bytes): what the cache holds now (tests). */
