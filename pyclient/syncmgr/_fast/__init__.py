@@ -139,7 +139,7 @@ def adopt(proxy: BaseProxy, fp: FastPath, hint: Any) -> None:
     """attach for a proxy whose create asked fp for its word (ref_path) and
     got it in the reply (hint), with what ref_path checked not checked
     again: the word is kept for the first op and the class made pending."""
-    pending = _pending_always.get(type(proxy))
+    pending = _pending.get(type(proxy)) if proxy._kind in _ALWAYS else None
     if pending is None or hint is None or not fp.ok:  # per-object serves, a refusal, a daemon gone since
         attach(proxy, hint)
         return
@@ -161,7 +161,6 @@ _ALWAYS = frozenset(_RINGS) | {k for k, ws in _WORDS.items()
 
 
 _pending: dict[type, type] = {}  # proxy class -> its pending class
-_pending_always: dict[type, type] = {}  # the same, for the classes whose every object is served (adopt)
 
 
 def _pending_class(cls: type) -> Optional[type]:
@@ -187,8 +186,6 @@ def _pending_class(cls: type) -> Optional[type]:
     ns["__qualname__"] = cls.__qualname__
     pending = type(cls.__name__, (cls,), ns)
     _pending[cls] = pending
-    if kind in _ALWAYS:
-        _pending_always[cls] = pending
     return pending
 
 
