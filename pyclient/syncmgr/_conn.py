@@ -30,6 +30,8 @@ from ._keys import looks_like_hex_text
 from ._tls import check_pin, pinned_tls_context
 
 CONNECT_TIMEOUT = 10.0
+_header_from = HEADER.unpack_from
+_unpackb = msgpack.unpackb  # (msgpack >= 1.0: str as str)
 # A request whose pieces add up to at most this goes over TLS as one piece
 # (see Connection._send).
 _SSL_JOIN_MAX = 64 << 10
@@ -76,6 +78,9 @@ class Connection:
         self.run_id = ""
         self.closed = False
         self.last_used = 0.0
+        # Packs this connection's requests: a connection is used by one
+        # thread at a time (taken from its client's pool).
+        self.packb = msgpack.Packer(use_bin_type=True).pack
         self._rbuf = bytearray(256 << 10)
         self._rview = memoryview(self._rbuf)
         deadline = time.monotonic() + CONNECT_TIMEOUT
@@ -206,17 +211,40 @@ class Connection:
         self._send(frames[0] if len(frames) == 1 else [b for f in frames for b in f])
 
     def recv_reply(self) -> tuple[int, Any, Any]:
+        """The next reply: (request id, error, result)."""
+        if self._rstart == self._rend:
+            # The common case, inline: nothing read ahead, and the reply
+            # comes whole in one read (it then lies at the buffer's start).
+            buf = self._rbuf
+            k = self.sock.recv_into(buf)
+            if k == 0:
+                raise exc.ServerGoneError(f"syncmgr at {self.address} closed the connection")
+            if k >= 4:
+                (n,) = _header_from(buf)
+                if k == n + 4 and n:
+                    self._rstart = self._rend = 0
+                    try:
+                        rid, err, result = _unpackb(self._rview[4:k])
+                    except (ValueError, TypeError, msgpack.UnpackException) as e:
+                        raise self._malformed(e) from None
+                    return rid, err, result
+            self._rstart, self._rend = 0, k
         body = self._recv_frame(self.max_frame + 4096)
         if body.obj is not self._rbuf:  # a large frame in a buffer of its own (never reused)
             fast = bin_reply(body)
             if fast is not None:
                 return fast
+        return self._unpack_reply(body)
+
+    def _unpack_reply(self, body: Any) -> tuple[int, Any, Any]:
         try:
-            rep = msgpack.unpackb(body, raw=False)
-            rid, err, result = rep
+            rid, err, result = _unpackb(body)
         except (ValueError, TypeError, msgpack.UnpackException) as e:
-            raise exc.ProtocolError(f"malformed reply from syncmgr at {self.address}: {e}") from None
+            raise self._malformed(e) from None
         return rid, err, result
+
+    def _malformed(self, e: Exception) -> exc.ProtocolError:
+        return exc.ProtocolError(f"malformed reply from syncmgr at {self.address}: {e}")
 
     def recv_reply_with_fds(self, maxfds: int) -> tuple[int, Any, Any, list[int]]:
         """The next reply, as recv_reply gives it, and the descriptors that

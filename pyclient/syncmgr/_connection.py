@@ -24,7 +24,8 @@ import os
 import ssl
 import threading
 import time
-from typing import Any, Callable, Optional
+from collections.abc import Sequence
+from typing import Any, Optional
 
 from . import exceptions as exc
 from ._conn import (
@@ -34,6 +35,8 @@ from ._conn import (
     default_address,  # noqa: F401 - callers find the default address beside normalize_address
 )
 from ._framing import (
+    HEADER,
+    INLINE_BLOB,
     Frame,
     body_size,
     check_size,
@@ -44,6 +47,9 @@ from ._handshake import (
 )
 from ._keys import coerce_key, key_and_source_for
 from ._tls import tls_context_from_env
+
+_header_from = HEADER.unpack_from
+_header = HEADER.pack
 
 _log = logging.getLogger("syncmgr")
 _log.addHandler(logging.NullHandler())
@@ -337,57 +343,67 @@ class Client:
         if self._notes:
             self.call("ping", {})
 
-    def _send_with_notes(self, reqs: list[tuple[Frame, str]], interrupted: Callable[[Connection], None]) -> Connection:
-        """Send the queued notifications and reqs (frames, each with its op
-        for the size error) back to back on one connection, and return it
-        for the replies. A frame over the daemon's limit raises before
+    def _send_with_notes(self, frames: list[Frame], ops: Sequence[str], undos: dict[int, Optional[Undo]],
+                         first_attempt: int = 0) -> Connection:
+        """Send the queued notifications and frames (each with its op in
+        ops, for the size error) back to back on one connection, and return
+        it for the replies. A frame over the daemon's limit raises before
         anything is sent. A pooled connection the daemon closed since its
         last use (a restart within _IDLE_CHECK) fails the send, so the daemon
         read nothing of it, and all is sent once more on a fresh connection;
         a shutdown the daemon announced on it is raised as such. Ctrl-C
-        during the send calls interrupted(conn) and is raised."""
+        during the send cancels the requests of undos (request id -> undo)
+        on the connection (_interrupted_many) and is raised. first_attempt
+        1: a send on a pooled connection failed already (no retry left)."""
         notes = []
         while self._notes:
             try:
                 notes.append(self._notes.popleft())
             except IndexError:
                 break
-        frames = [f for f, _ in reqs]
         if notes:
-            frames[:0] = [encode_request(0, note[0], note[1]) for note in notes]
-        for attempt in (0, 1):
+            frames = [encode_request(0, note[0], note[1]) for note in notes] + frames
+        for attempt in range(first_attempt, 2):
             try:
                 conn = self._take()
             except BaseException:
                 self._notes.extendleft(reversed(notes))
                 raise
+            limit = conn.max_frame
+            for f, op in zip(frames[len(notes):], ops):
+                if _header_from(f[0])[0] > limit:
+                    self._notes.extendleft(reversed(notes))
+                    self._give_back(conn)
+                    check_size(f, limit, op)  # raises FrameTooLargeError
             try:
-                for f, op in reqs:
-                    check_size(f, conn.max_frame, op)
-            except exc.FrameTooLargeError:
-                self._notes.extendleft(reversed(notes))
-                self._give_back(conn)
-                raise
-            try:
-                conn.send_requests(frames)
+                conn._send(frames[0] if len(frames) == 1 else [b for f in frames for b in f])
                 return conn
-            except KeyboardInterrupt:
-                interrupted(conn)
-                raise
-            except OSError as e:
-                _, notice = _idle_check(conn) if conn.last_used else (False, None)
-                conn.close()
-                self._noticed(notice)
-                if notice is not None:
-                    raise notice from None
-                if attempt == 0 and conn.last_used:
-                    self.close()
-                    continue
-                raise self._lost_connection(e) from None
-            except BaseException:
-                conn.close()
-                raise
+            except BaseException as e:
+                if not self._send_failed(conn, e, undos, attempt):
+                    raise
         raise AssertionError("unreachable")  # the second attempt returns or raises
+
+    def _send_failed(self, conn: Connection, e: BaseException, undos: dict[int, Optional[Undo]],
+                     attempt: int) -> bool:
+        """What follows a send on conn that raised e: True when the
+        requests are to go once more on a fresh connection (conn was pooled
+        and the daemon had closed it, attempt 0); False when the caller
+        re-raises e; or the error to raise instead."""
+        if isinstance(e, KeyboardInterrupt):
+            self._interrupted_many(conn, undos, {})
+            return False
+        if isinstance(e, OSError):
+            _, notice = _idle_check(conn) if conn.last_used else (False, None)
+            conn.close()
+            self._noticed(notice)
+            if notice is not None:
+                raise notice from None
+            if attempt == 0 and conn.last_used:
+                self.close()
+                return True
+            raise self._lost_connection(e) from None
+        conn.close()
+        return False
 
     def call(self, op: str, args: dict[str, Any], *, blob_key: Optional[str] = None, blob: Any = None,
              wait: Optional[float] = 0.0, undo: Optional[Undo] = None, _again: bool = False) -> Any:
@@ -400,8 +416,38 @@ class Client:
         taken in the caller's name.
         """
         rid = next(self._ids)
-        req = encode_request(rid, op, args, blob_key, blob)
-        conn = self._send_with_notes([(req, op)], lambda c: self._interrupted_many(c, {rid: undo}, {}))
+        if not self._notes:
+            # The common case, _send_with_notes's steps inline: no
+            # notification is queued to go with the request.
+            conn = self._take()
+            try:
+                # encode_request's two small cases, with the connection's
+                # Packer: no blob, or one small piece in the frame.
+                if blob_key is None:
+                    body = conn.packb([rid, op, args])
+                    req = [_header(len(body)) + body]
+                elif type(blob) is list and len(blob) == 1 and type(blob[0]) is bytes and len(blob[0]) < INLINE_BLOB:
+                    body = conn.packb([rid, op, {**args, blob_key: blob[0]}])
+                    req = [_header(len(body)) + body]
+                else:
+                    req = encode_request(rid, op, args, blob_key, blob)
+                if _header_from(req[0])[0] > conn.max_frame:
+                    check_size(req, conn.max_frame, op)  # raises FrameTooLargeError
+            except BaseException:
+                self._give_back(conn)
+                raise
+            try:
+                if len(req) == 1:
+                    conn.sock.sendall(req[0])
+                else:
+                    conn._send(req)
+            except BaseException as e:
+                if not self._send_failed(conn, e, {rid: undo}, 0):
+                    raise
+                conn = self._send_with_notes([req], (op,), {rid: undo}, 1)
+        else:
+            req = encode_request(rid, op, args, blob_key, blob)
+            conn = self._send_with_notes([req], (op,), {rid: undo})
         try:
             rep_id, err, result = conn.recv_reply()
             while rep_id != rid:  # a stray reply (e.g. to a cancel); skip it
@@ -454,19 +500,16 @@ class Client:
         undo) before the exception goes on. With max_bytes, requests whose
         bodies add up to more raise ValueError, nothing sent."""
         rids = [next(self._ids) for _ in reqs]
-        frames = [(encode_request(rid, r.op, r.args, r.blob_key, r.blob), r.op) for rid, r in zip(rids, reqs)]
+        frames = [encode_request(rid, r.op, r.args, r.blob_key, r.blob) for rid, r in zip(rids, reqs)]
         if max_bytes is not None:
-            size = sum(body_size(f) for f, _ in frames)
+            size = sum(body_size(f) for f in frames)
             if size > max_bytes:
                 raise ValueError(f"the requests add up to {size} bytes, over the limit of {max_bytes}; nothing was "
                                  "sent")
         undos = {rid: r.undo for rid, r in zip(rids, reqs)}
         answers: dict[int, tuple[Any, Any]] = {}
 
-        def interrupted(c: Connection) -> None:
-            self._interrupted_many(c, undos, answers)
-
-        conn = self._send_with_notes(frames, interrupted)
+        conn = self._send_with_notes(frames, [r.op for r in reqs], undos)
         try:
             while len(answers) < len(rids):
                 rep_id, err, result = conn.recv_reply()
@@ -485,7 +528,7 @@ class Client:
                         return self.call_many(reqs, max_bytes, _again=True)
                     raise notice
         except KeyboardInterrupt:
-            interrupted(conn)
+            self._interrupted_many(conn, undos, answers)
             raise
         except BaseException as e:
             conn.close()

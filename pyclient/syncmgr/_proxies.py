@@ -45,15 +45,10 @@ from ._connection import get_client
 from ._framing import bin_array, pack_items
 from ._transport import Transport
 
-
-def _dumps(obj: Any) -> Any:
-    """obj as the daemon stores it: plain data as msgpack the Go client reads
-    too, anything else as a pickle (see _values)."""
-    return _values.dumps(obj)
-
-
-def _loads(b: Any) -> Any:
-    return _values.loads(b)
+# A value as the daemon stores it: plain data as msgpack the Go client reads
+# too, anything else as a pickle (see _values); and back.
+_dumps = _values.dumps
+_loads = _values.loads
 
 
 _log = logging.getLogger("syncmgr")
@@ -128,19 +123,31 @@ class BaseProxy:
         return args
 
     def _call(self, op: str, **args: Any) -> Any:
-        return self._request(op, args)
+        """The request op with args (the object's kind and name added), made
+        once more after a daemon restart re-created a named object
+        (_after_restart). Its steps are inline, as in _call_blocking: they
+        are every socket call's Python."""
+        if self._anon and not self._referenced:
+            self._args(args)
+        args["kind"] = self._kind
+        args["name"] = self._name
+        try:
+            return self._client.call(op, args)
+        except exc.NoSuchObjectError as e:
+            self._after_restart(e)
+        return self._client.call(op, self._args(args))
 
     def _call_blocking(self, op: str, wait: Optional[float], undo: Any = None, blob_key: Optional[str] = None,
                        blob: Any = None, **args: Any) -> Any:
-        return self._request(op, args, wait, undo, blob_key, blob)
-
-    def _request(self, op: str, args: dict[str, Any], wait: Optional[float] = 0.0, undo: Any = None,
-                 blob_key: Optional[str] = None, blob: Any = None) -> Any:
-        """The call, made once more after a daemon restart re-created a
-        named object (_after_restart). Positional: the keywords of every
-        socket call cost more than the rest of its Python."""
+        """_call of an op that may wait on the daemon (wait, as the
+        transport's call takes it), take something (undo) or carry a large
+        argument (blob_key, blob)."""
+        if self._anon and not self._referenced:
+            self._args(args)
+        args["kind"] = self._kind
+        args["name"] = self._name
         try:
-            return self._client.call(op, self._args(args), wait=wait, undo=undo, blob_key=blob_key, blob=blob)
+            return self._client.call(op, args, wait=wait, undo=undo, blob_key=blob_key, blob=blob)
         except exc.NoSuchObjectError as e:
             self._after_restart(e)
         return self._client.call(op, self._args(args), wait=wait, undo=undo, blob_key=blob_key, blob=blob)
@@ -400,21 +407,12 @@ class QueueProxy(BaseProxy):
         """put of an item already encoded: the pieces of
         _values.dumps_parts (sent as they are). Also the fast path's hook:
         its ring hands over an item it cannot store, encoded once."""
-        if not block:
-            t: Optional[float] = 0.0
-            wait: Optional[float] = 0.0
-        else:
-            t = timeout_arg(True, timeout, minus_one_forever=False)
-            wait = t
-        self._call_blocking("put", wait, blob_key="item", blob=data, block=block, timeout=t)
+        t = 0.0 if not block else None if timeout is None else timeout_arg(True, timeout, minus_one_forever=False)
+        self._call_blocking("put", t, blob_key="item", blob=data, block=block, timeout=t)
 
     def get(self, block: bool = True, timeout: Optional[float] = None) -> Any:
-        if not block:
-            t: Optional[float] = 0.0
-        else:
-            t = timeout_arg(True, timeout, minus_one_forever=False)
-        data = self._call_blocking("get", t, undo=self._undo_get, block=block, timeout=t)
-        return _loads(data)
+        t = 0.0 if not block else None if timeout is None else timeout_arg(True, timeout, minus_one_forever=False)
+        return _loads(self._call_blocking("get", t, undo=self._undo_get, block=block, timeout=t))
 
     def _undo_get(self, data: Any) -> None:
         if isinstance(data, (bytes, bytearray, memoryview)):
