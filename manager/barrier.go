@@ -104,14 +104,12 @@ func (b *Barrier) wait(ctx context.Context, s *Session, timeout time.Duration) (
 	w := newWaiter(s, 0)
 	w.n = index
 	b.waiters.push(w)
-	ok, err := b.park(ctx, &b.waiters, w, timeout)
+	// A party that times out or is cancelled breaks the barrier as it
+	// leaves: with the count still holding it, a party arriving after it
+	// left would otherwise complete the round alone.
+	ok, err := b.parkThen(ctx, &b.waiters, w, timeout, b.breakLocked)
 	if ok {
 		return w.n, false, nil
-	}
-	if err == nil || err == context.Canceled || err == context.DeadlineExceeded {
-		b.mu.Lock()
-		b.breakLocked()
-		b.mu.Unlock()
 	}
 	if err == nil {
 		err = ErrBroken

@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -296,5 +297,37 @@ func TestRaceQueuePutVersusCancel(t *testing.T) {
 				waitWaiters(t, q, 0)
 			}
 		})
+	}
+}
+
+// A party whose wait times out breaks the barrier as it leaves: a party
+// arriving just after it left (here, in the very gap between the leaving
+// and the breaking that there used to be) finds the barrier broken and
+// does not pass alone on the count the leaver left behind.
+func TestBarrierPartyThatGaveUpIsNotCounted(t *testing.T) {
+	m := newManager(t, DefaultConfig())
+	a, b := newSession(t, m), newSession(t, m)
+	ctx := testCtx(t)
+	br := create[*Barrier](t, m, a, KindBarrier, "gave-up", Params{Parties: 2, Timeout: Forever})
+	late := make(chan error, 1)
+	testHookGaveUp = func() {
+		testHookGaveUp = nil
+		_, _, err := br.Wait(ctx, b, 0) // arrives as the first party leaves
+		late <- err
+	}
+	t.Cleanup(func() { testHookGaveUp = nil })
+	if _, _, err := br.Wait(ctx, a, 10*time.Millisecond); !errors.Is(err, ErrBroken) {
+		t.Fatalf("the party that timed out: %v, want ErrBroken", err)
+	}
+	select {
+	case err := <-late:
+		if !errors.Is(err, ErrBroken) {
+			t.Fatalf("the party that came as the other left: %v, want ErrBroken (it passed alone)", err)
+		}
+	case <-time.After(bound):
+		t.Fatal("the late party's wait did not return")
+	}
+	if !br.Broken() {
+		t.Fatal("the barrier is not broken after a party timed out")
 	}
 }

@@ -78,6 +78,10 @@ func (q *waitQueue) failAll(err error) {
 	}
 }
 
+// testHookGaveUp, when set (tests only), runs after a waiter that gave up
+// has left its queue and the object's mutex is free again.
+var testHookGaveUp func()
+
 // base is embedded in every object: its mutex, name and dead state.
 type base struct {
 	mu   sync.Mutex
@@ -92,6 +96,15 @@ func (b *base) Name() string { return b.name }
 // raced with the timeout or ctx; false with a nil error on timeout, and the
 // ctx's error or the object's failure otherwise.
 func (b *base) park(ctx context.Context, q *waitQueue, w *waiter, timeout time.Duration) (bool, error) {
+	return b.parkThen(ctx, q, w, timeout, nil)
+}
+
+// parkThen is park, and when w gives up (its timeout or ctx ended before
+// an answer) it runs gaveUp, if not nil, under b.mu in the same hold that
+// takes w off q: what giving up does to the object happens with the
+// removal, never after a gap in which another caller finds the object as
+// though w still waited (a Barrier still counting a party that has left).
+func (b *base) parkThen(ctx context.Context, q *waitQueue, w *waiter, timeout time.Duration, gaveUp func()) (bool, error) {
 	b.mu.Unlock()
 	var tc <-chan time.Time
 	if timeout >= 0 {
@@ -109,8 +122,14 @@ func (b *base) park(ctx context.Context, q *waitQueue, w *waiter, timeout time.D
 	}
 	b.mu.Lock()
 	removed := q.remove(w)
+	if removed && gaveUp != nil {
+		gaveUp()
+	}
 	b.mu.Unlock()
 	if removed {
+		if testHookGaveUp != nil {
+			testHookGaveUp()
+		}
 		return false, err
 	}
 	<-w.ready // already closed: it was granted or failed under b.mu
