@@ -194,6 +194,7 @@ class BaseProxy:
             # even if the pickle is unpickled much later.
             self._client.call("share", {"name": self._name})
             self._shared = True
+        _fast.note_hint(self)  # unpickled in this process, it needs no round trip for its word
         return (_rebuild, (_fast.proxy_type(self), self._client.address, self._name, self._getstate(), self._params,
                            self._run))
 

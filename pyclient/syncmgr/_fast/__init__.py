@@ -143,8 +143,20 @@ def adopt(proxy: BaseProxy, fp: FastPath, hint: Any) -> None:
     if pending is None or hint is None or not fp.ok:  # per-object serves, a refusal, a daemon gone since
         attach(proxy, hint)
         return
-    fp.note(proxy._kind, proxy._name, hint)
+    # Kept on the proxy until its first op or its pickling (note_hint):
+    # the process's table of words is not touched by a create.
+    proxy.__dict__["_fp_hint"] = hint
     proxy.__class__ = pending
+
+
+def note_hint(proxy: BaseProxy) -> None:
+    """Put the word a proxy's create was told of (adopt) in its fast path's
+    table, for any proxy of the object unpickled in this process."""
+    hint = proxy.__dict__.pop("_fp_hint", None)
+    if hint is not None:
+        fp = _paths.get(id(proxy._client))
+        if fp is not None and fp.ok:
+            fp.note(proxy._kind, proxy._name, hint)
 
 
 def _serves(proxy: BaseProxy) -> bool:
@@ -229,7 +241,10 @@ def _attach_now(proxy: BaseProxy) -> None:
     fp = path_for(proxy._client)
     if fp is None or not fp.ok:
         return
-    ref = fp.ref(kind, proxy._name)  # (a create's word is in fp.refs: note)
+    hint = proxy.__dict__.pop("_fp_hint", None)  # the create's word (adopt)
+    if hint is not None:
+        fp.note(kind, proxy._name, hint)
+    ref = fp.ref(kind, proxy._name)  # (the word is in fp.refs when this process was told of it)
     if ref is None:
         return
     off, tag = ref
