@@ -171,12 +171,7 @@ static PyMethodDef itembuf_module_methods[] = {
 };
 
 int itembuf_add_types(PyObject *m) {
-    if (PyType_Ready(&ItemBufType) < 0)
+    if (PyModule_AddType(m, &ItemBufType) < 0)
         return -1;
-    Py_INCREF(&ItemBufType);
-    if (PyModule_AddObject(m, "ItemBuffer", (PyObject *)&ItemBufType) < 0) {
-        Py_DECREF(&ItemBufType);
-        return -1;
-    }
     return PyModule_AddFunctions(m, itembuf_module_methods);
 }

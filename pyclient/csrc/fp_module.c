@@ -376,22 +376,15 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__fastpath(void) {
-    if (PyType_Ready(&SegmentType) < 0 || PyType_Ready(&HandleType) < 0)
-        return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
-    Py_INCREF(&SegmentType);
-    Py_INCREF(&HandleType);
-    if (PyModule_AddObject(m, "Segment", (PyObject *)&SegmentType) < 0 ||
-        PyModule_AddObject(m, "LockHandle", (PyObject *)&HandleType) < 0 ||
+    if (PyModule_AddType(m, &SegmentType) < 0 || PyModule_AddType(m, &HandleType) < 0 ||
         PyModule_AddIntConstant(m, "OK", RES_OK) < 0 || PyModule_AddIntConstant(m, "BUSY", RES_BUSY) < 0 ||
         PyModule_AddIntConstant(m, "DAEMON", RES_DAEMON) < 0 ||
         PyModule_AddIntConstant(m, "NOT_OWNER", RES_NOT_OWNER) < 0 ||
         PyModule_AddIntConstant(m, "SLOT_SIZE", SLOT_SIZE) < 0 ||
         PyModule_AddIntConstant(m, "MAX_SLOT", (long)MASK_LOW) < 0 || queue_add_types(m) < 0) {
-        Py_DECREF(&SegmentType);
-        Py_DECREF(&HandleType);
         Py_DECREF(m);
         return NULL;
     }

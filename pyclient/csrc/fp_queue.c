@@ -712,7 +712,7 @@ PyMethodDef queue_module_methods[] = {
 };
 
 int queue_add_types(PyObject *m) {
-    if (PyType_Ready(&RingType) < 0 || itembuf_add_types(m) < 0)
+    if (PyModule_AddType(m, &RingType) < 0 || itembuf_add_types(m) < 0)
         return -1;
     Q_ENCODE = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
     Q_NONE = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
@@ -728,11 +728,6 @@ int queue_add_types(PyObject *m) {
             Py_DECREF(objs[i]);
             return -1;
         }
-    }
-    Py_INCREF(&RingType);
-    if (PyModule_AddObject(m, "Ring", (PyObject *)&RingType) < 0) {
-        Py_DECREF(&RingType);
-        return -1;
     }
     return PyModule_AddFunctions(m, queue_module_methods);
 }
