@@ -241,9 +241,7 @@ def _attach_now(proxy: BaseProxy) -> None:
     fp = path_for(proxy._client)
     if fp is None or not fp.ok:
         return
-    hint = proxy.__dict__.pop("_fp_hint", None)  # the create's word (adopt)
-    if hint is not None:
-        fp.note(kind, proxy._name, hint)
+    note_hint(proxy)  # the create's word (adopt)
     ref = fp.ref(kind, proxy._name)  # (the word is in fp.refs when this process was told of it)
     if ref is None:
         return
