@@ -35,6 +35,13 @@ _unpackb = msgpack.unpackb  # (msgpack >= 1.0: str as str)
 # A request whose pieces add up to at most this goes over TLS as one piece
 # (see Connection._send).
 _SSL_JOIN_MAX = 64 << 10
+# The receive buffer: small at first, grown once to its full size by the
+# first frame that needs it. A connection costs its process no 256 KiB
+# zeroed (page-faulted) at its handshake, which is most of what a fresh
+# process pays on its first calls; one that is given large replies
+# (get_many of many items) has the full buffer from then on.
+_RBUF_FIRST = 16 << 10
+_RBUF_MAX = 256 << 10
 
 try:  # memory reused from one large reply to the next (no fresh pages to fault in)
     from ._fastpath import item_buffer as _item_buffer
@@ -80,8 +87,10 @@ class Connection:
         self.last_used = 0.0
         # Packs this connection's requests: a connection is used by one
         # thread at a time (taken from its client's pool).
-        self.packb = msgpack.Packer(use_bin_type=True).pack
-        self._rbuf = bytearray(256 << 10)
+        # (buf_size: a request is small; large items go out of band, and
+        # the buffer grows for the rare large envelope.)
+        self.packb = msgpack.Packer(use_bin_type=True, buf_size=4096).pack
+        self._rbuf = bytearray(_RBUF_FIRST)
         self._rview = memoryview(self._rbuf)
         deadline = time.monotonic() + CONNECT_TIMEOUT
         pause = 0.01
@@ -188,6 +197,8 @@ class Connection:
         if n == 0 or n > limit:
             raise exc.ProtocolError(f"syncmgr at {self.address} sent a frame of {n} bytes")
         self._rstart += 4
+        if n > len(self._rbuf) - self._rstart and n <= _RBUF_MAX:
+            self._grow()
         if n <= len(self._rbuf) - self._rstart:
             while self._rend - self._rstart < n:
                 self._fill()
@@ -206,6 +217,19 @@ class Connection:
                 raise exc.ServerGoneError(f"syncmgr at {self.address} closed the connection")
             have += k
         return view
+
+    def _grow(self) -> None:
+        """Give the receive buffer its full size (_RBUF_MAX), the bytes
+        read and not yet taken moved to its start. A new buffer, not the old
+        one resized: a body returned earlier as a view of the old one stays
+        valid."""
+        if len(self._rbuf) >= _RBUF_MAX:
+            return
+        rest = self._rend - self._rstart
+        buf = bytearray(_RBUF_MAX)
+        buf[:rest] = self._rview[self._rstart:self._rend]
+        self._rbuf, self._rview = buf, memoryview(buf)
+        self._rstart, self._rend = 0, rest
 
     def send_requests(self, frames: list[list[Any]]) -> None:
         self._send(frames[0] if len(frames) == 1 else [b for f in frames for b in f])
@@ -271,6 +295,8 @@ class Connection:
                 self._rend += len(data)
                 if need == 4 and self._rend == 4:
                     (n,) = HEADER.unpack_from(self._rbuf, 0)
+                    if n > len(self._rbuf) - 4:
+                        self._grow()
                     if n > len(self._rbuf) - 4:
                         raise exc.ProtocolError(f"syncmgr at {self.address} sent a frame of {n} bytes")
                     need += n

@@ -67,11 +67,11 @@ _aio_view: Callable[[BaseProxy], View] = _no_aio
 
 
 def _rebuild(cls: type[BaseProxy], address: str, name: str, state: Any, params: Optional[dict[str, Any]] = None,
-             run: str = "") -> BaseProxy:
+             run: str = "", word: Any = None) -> BaseProxy:
     p = cls.__new__(cls)
     p._bind(get_client(address), name, owned=False, params=params, run=run)
     p._setstate(state)
-    _fast.attach(p)
+    _fast.attach_unpickled(p, word)
     return p
 
 
@@ -194,9 +194,11 @@ class BaseProxy:
             # even if the pickle is unpickled much later.
             self._client.call("share", {"name": self._name})
             self._shared = True
-        _fast.note_hint(self)  # unpickled in this process, it needs no round trip for its word
-        return (_rebuild, (_fast.proxy_type(self), self._client.address, self._name, self._getstate(), self._params,
-                           self._run))
+        # The object's word, when this process knows it: unpickled on this
+        # host (here too), the proxy needs no round trip for it.
+        word = _fast.word_of(self)
+        args = (_fast.proxy_type(self), self._client.address, self._name, self._getstate(), self._params, self._run)
+        return (_rebuild, args if word is None else (*args, word))
 
     def delete(self) -> bool:
         """Delete the object on the daemon now (for named objects)."""

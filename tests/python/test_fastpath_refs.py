@@ -144,3 +144,80 @@ def test_a_forked_child_attaches_a_proxy_its_parent_never_used(m):
     assert out.get(timeout=30) is True
     p.join(30)
     assert p.exitcode == 0 and ev.wait(5) and _fast.active(ev)
+
+
+def test_a_fresh_process_takes_no_round_trip_for_a_pickled_proxys_word(m, daemon):
+    """A proxy pickled by a process that knows its object's word carries
+    it: a fresh process on this host that unpickles it asks nothing for the
+    word (no fastpath_ref, and no pool connection for one), and its first
+    op acts on the very object."""
+    import subprocess
+    import sys
+    import textwrap
+
+    m.Lock()  # the process's segment is mapped: the next create's reply carries its word
+    lock = m.Lock(name="pickled-word-lock")
+    blob = pickle.dumps(lock)
+    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+        import pickle, sys
+        from syncmgr import _connection, _fast
+        ops = []
+        real = _connection.Client.call
+        def call(self, op, *a, **k):
+            ops.append(op)
+            return real(self, op, *a, **k)
+        _connection.Client.call = call
+        lock = pickle.loads(bytes.fromhex(sys.argv[1]))
+        assert lock.acquire(timeout=5)
+        print(_fast.active(lock), ops, flush=True)
+        sys.stdin.readline()
+        lock.release()
+        """), blob.hex()], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env=daemon.env, text=True)
+    try:
+        line = child.stdout.readline()
+        assert line.split(maxsplit=1) == ["True", "[]\n"], (line, child.stderr.read() if not line else "")
+        assert not lock.acquire(timeout=0.05)  # the child's hold, on this object
+        child.stdin.write("\n")
+        child.stdin.flush()
+        assert child.wait(30) == 0, child.stderr.read()
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(10)
+    assert lock.acquire(timeout=5)
+    lock.release()
+
+
+@pytest.mark.parametrize("bad", ["off_outside", "off_negative", "run", "malformed", "stale"])
+def test_a_pickled_word_that_is_wrong_is_never_used(m, bad):
+    """The word a pickle carries is checked as a create's is: an offset
+    outside the segment, another daemon run's, a malformed one, or the word
+    of an object since deleted and made again under its name (another
+    generation: another tag) is not used, and the proxy's first op asks
+    for the word and acts on its own object."""
+    m.Lock()
+    name = f"bad-word-{bad}"
+    lock = m.Lock(name=name)
+    fn, args = lock.__reduce__()
+    assert len(args) == 7, "the word travels in the pickle"
+    off, tag, run = args[6]
+    word = {"off_outside": (1 << 40, tag, run), "off_negative": (-64, tag, run), "run": (off, tag, "another-run"),
+            "malformed": ("x", None), "stale": (off, tag, run)}[bad]
+    if bad == "stale":
+        assert m.delete(name)
+        filler = [m.Lock() for _ in range(4)]  # the old word may be another object's now
+        lock = m.Lock(name=name)
+    fp = _fast.path_for(m._c())
+    fp.refs.clear()  # as in a process that has not seen the object
+    with Counting(m._c()) as c:
+        p = fn(*args[:6], word)
+        assert _fast.active(p)
+        assert p.acquire(timeout=5)
+    assert c.ops == ["fastpath_ref"]
+    assert not lock.acquire(timeout=0.05)  # p holds this very object
+    p.release()
+    assert lock.acquire(timeout=5)
+    lock.release()
+    if bad == "stale":
+        assert all(f.acquire(timeout=5) for f in filler)  # and none of the others

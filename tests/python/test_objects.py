@@ -287,3 +287,41 @@ def test_large_items_from_many_threads_arrive_intact(m):
     for t in ts:
         t.join(120)
     assert not errors
+
+
+def test_replies_of_every_size_on_a_new_connection(m, daemon):
+    """A connection's receive buffer starts small and grows once: replies
+    under its first size, over it (the first of which grows it, with the
+    bytes read ahead of it kept), and over its full size (read into a
+    buffer of their own) come whole and in order on one new connection,
+    one at a time and sent back to back."""
+    from syncmgr import _conn, _connection
+    from syncmgr._containers import canonical_key
+    from syncmgr._framing import encode_request
+    from syncmgr._values import loads
+
+    sizes = [10, 20_000, 100, 200_000, 300_000, 50, 250_000, 70_000, 3]
+    d = m.dict()
+    for i, n in enumerate(sizes):
+        d[i] = bytes([i]) * n
+    conn = _conn.Connection(daemon.address, daemon.key, _connection._session_id)
+    try:
+        assert len(conn._rbuf) < 20_000  # (small at first)
+
+        def get(rid: int, i: int) -> list:
+            return encode_request(rid, "get", {"kind": "dict", "name": d.name, "key": canonical_key(i)})
+
+        for rid, i in enumerate(range(len(sizes)), 1):
+            conn.send_requests([get(rid, i)])
+            got, err, result = conn.recv_reply()
+            assert (got, err) == (rid, None) and loads(result) == bytes([i]) * sizes[i]
+        fresh = _conn.Connection(daemon.address, daemon.key, _connection._session_id)
+        try:
+            fresh.send_requests([get(100 + i, i) for i in range(len(sizes))])  # replies read ahead of each other
+            for i, n in enumerate(sizes):
+                got, err, result = fresh.recv_reply()
+                assert (got, err) == (100 + i, None) and loads(result) == bytes([i]) * n
+        finally:
+            fresh.close()
+    finally:
+        conn.close()

@@ -159,6 +159,39 @@ def note_hint(proxy: BaseProxy) -> None:
             fp.note(proxy._kind, proxy._name, hint)
 
 
+def word_of(proxy: BaseProxy) -> Optional[tuple[int, int, str]]:
+    """The word this process knows for proxy's object, for its pickle:
+    (offset, tag, the daemon run whose word it is), from its handle or its
+    fast path's table, or None. A process on this host that unpickles the
+    proxy then needs no fastpath_ref round trip for it, and none of the
+    pool connection such a call would open: the word is checked there as
+    a create's is (the run against its mapping's, the tag at its use)."""
+    if proxy._kind not in _WORDS:
+        return None
+    note_hint(proxy)
+    fp = _paths.get(id(proxy._client))
+    if fp is None or not fp.ok:
+        return None
+    h = proxy.__dict__.get("_fast")
+    word = (h.off, h.tag) if h is not None and h.fp is fp else fp.refs.get((proxy._kind, proxy._name))
+    return None if word is None else (word[0], word[1], fp.run_id)
+
+
+def attach_unpickled(proxy: BaseProxy, word: Any) -> None:
+    """attach for a proxy just unpickled, with the word its pickling
+    process knew (word_of) noted as a create's is. A malformed one is
+    ignored (the object's word is then asked for at the first op)."""
+    if word is not None and enabled_by_env():
+        try:
+            off, tag, run = word
+        except (TypeError, ValueError):
+            attach(proxy)
+            return
+        attach(proxy, {"off": off, "tag": tag, "run": run})
+    else:
+        attach(proxy)
+
+
 def _serves(proxy: BaseProxy) -> bool:
     kind = proxy._kind
     if kind in _ALWAYS:

@@ -6,6 +6,7 @@ docstring).
 
 from __future__ import annotations
 
+import _thread
 import os
 import threading
 import time
@@ -111,7 +112,12 @@ class FastPath:
             self.anchor.close()
             raise
         self.ok = True
-        threading.Thread(target=self._watch, name="syncmgr-fastpath-anchor", daemon=True).start()
+        # The watcher is started without waiting for it to run (what
+        # threading.Thread.start does, two context switches that are a
+        # fresh process's largest cost after its handshake): it only
+        # blocks in recv until the daemon says it is going. Like a daemon
+        # thread, it does not hold up the interpreter's exit.
+        _thread.start_new_thread(self._watch, ())
 
     def _attach(self) -> tuple[dict[str, Any], list[int]]:
         """fastpath_attach on the anchor: its reply and the descriptors that
@@ -149,12 +155,16 @@ class FastPath:
             h.detach()
 
     def note(self, kind: str, name: str, hint: Any) -> None:
-        """Keep a create reply's word for the object (hint: its "fp") for
-        this process's first op on it or on any proxy of it unpickled here,
-        which then need no fastpath_ref (the tag is checked at that use)."""
+        """Keep a create reply's word for the object (hint: its "fp", or
+        the word a pickle carried) for this process's first op on it or on
+        any proxy of it unpickled here, which then need no fastpath_ref (the
+        tag is checked at that use). A word of another run, or an offset
+        outside the segment, is not kept."""
         try:
             word = self._word(hint)
-        except (KeyError, TypeError, ValueError):
+            if word is not None:
+                self.seg.tag(word[0])  # inside the segment: a pickle's word is not the daemon's own
+        except (KeyError, TypeError, ValueError, OverflowError):
             return
         if word is not None:
             self._keep((kind, name), *word)
