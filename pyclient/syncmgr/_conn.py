@@ -42,6 +42,16 @@ _SSL_JOIN_MAX = 64 << 10
 # (get_many of many items) has the full buffer from then on.
 _RBUF_FIRST = 16 << 10
 _RBUF_MAX = 256 << 10
+# A request is small (large items go out of band), so a connection's Packer
+# starts with a small buffer, not msgpack's 256 KiB (an mmap per
+# connection), where the installed msgpack has the option: 1.1 and later
+# (1.0, which Linux distributions ship, has neither it nor a smaller
+# default).
+try:
+    msgpack.Packer(buf_size=4096)
+    _PACKER_ARGS: dict[str, Any] = {"buf_size": 4096}
+except TypeError:
+    _PACKER_ARGS = {}
 
 try:  # memory reused from one large reply to the next (no fresh pages to fault in)
     from ._fastpath import item_buffer as _item_buffer
@@ -87,9 +97,7 @@ class Connection:
         self.last_used = 0.0
         # Packs this connection's requests: a connection is used by one
         # thread at a time (taken from its client's pool).
-        # (buf_size: a request is small; large items go out of band, and
-        # the buffer grows for the rare large envelope.)
-        self.packb = msgpack.Packer(use_bin_type=True, buf_size=4096).pack
+        self.packb = msgpack.Packer(use_bin_type=True, **_PACKER_ARGS).pack
         self._rbuf = bytearray(_RBUF_FIRST)
         self._rview = memoryview(self._rbuf)
         deadline = time.monotonic() + CONNECT_TIMEOUT
