@@ -762,7 +762,7 @@ def test_killed_socket_getters_of_a_ring_queue_double_nothing(daemon, monkeypatc
     monkeypatch.setenv("SYNCMGR_FASTPATH", "0")
     m = syncmgr.connect(daemon.address, daemon.key)
     q = m.Queue(name="hand-kill")
-    n, kills, got = 400, 0, []
+    n, kills, got, pids = 400, 0, [], set()
     victim = """
         import syncmgr
         q = syncmgr.connect().Queue(name="hand-kill")
@@ -773,6 +773,7 @@ def test_killed_socket_getters_of_a_ring_queue_double_nothing(daemon, monkeypatc
     i = 0
     while i < n:
         p = run_py(daemon, victim, SYNCMGR_FASTPATH="0")
+        pids.add(p.pid)
         try:
             assert p.stdout.readline().strip() == "ready"
             time.sleep(0.01)  # parked in get
@@ -787,8 +788,20 @@ def test_killed_socket_getters_of_a_ring_queue_double_nothing(daemon, monkeypatc
             kills += 1
         finally:
             p.kill()
-            out, _ = p.communicate(timeout=30)
+            p.wait(30)
+            # Read through the reader that read "ready": it may have read
+            # ahead the items a getter printed at once (those the last one
+            # left in the queue), which communicate(), reading the
+            # descriptor, would never see.
+            out = p.stdout.read()
+            p.stdout.close()
+            p.stderr.close()
         got += [int(x) for x in out.split() if x != "ready"]
+    # The drain starts once the daemon has closed every getter's session
+    # (a session ends after its parked requests have undone what they could
+    # not deliver): an item on its way back to the queue is there by then,
+    # however slow the machine.
+    assert wait_until(lambda: not pids & {s["pid"] for s in m.status()["sessions"]}, timeout=60)
     while True:
         try:
             got.append(q.get(timeout=0.5))
