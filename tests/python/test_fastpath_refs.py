@@ -187,6 +187,16 @@ def test_a_fresh_process_takes_no_round_trip_for_a_pickled_proxys_word(m, daemon
             child.wait(10)
     assert lock.acquire(timeout=5)
     lock.release()
+    # A process with the fast path off ignores the word and uses the socket.
+    off = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import pickle, sys
+        from syncmgr import _fast
+        lock = pickle.loads(bytes.fromhex(sys.argv[1]))
+        assert lock.acquire(timeout=5)
+        lock.release()
+        print(_fast.active(lock))
+        """), blob.hex()], capture_output=True, text=True, env={**daemon.env, "SYNCMGR_FASTPATH": "0"}, timeout=60)
+    assert (off.returncode, off.stdout.strip()) == (0, "False"), off.stderr
 
 
 @pytest.mark.parametrize("bad", ["off_outside", "off_negative", "run", "malformed", "stale"])

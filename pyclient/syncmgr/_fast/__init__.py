@@ -181,15 +181,14 @@ def attach_unpickled(proxy: BaseProxy, word: Any) -> None:
     """attach for a proxy just unpickled, with the word its pickling
     process knew (word_of) noted as a create's is. A malformed one is
     ignored (the object's word is then asked for at the first op)."""
-    if word is not None and enabled_by_env():
+    hint = None
+    if word is not None and enabled_by_env():  # (attach checks the environment only without a hint)
         try:
             off, tag, run = word
+            hint = {"off": off, "tag": tag, "run": run}
         except (TypeError, ValueError):
-            attach(proxy)
-            return
-        attach(proxy, {"off": off, "tag": tag, "run": run})
-    else:
-        attach(proxy)
+            pass
+    attach(proxy, hint)
 
 
 def _serves(proxy: BaseProxy) -> bool:
