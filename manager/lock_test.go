@@ -198,3 +198,42 @@ func TestRLock(t *testing.T) {
 		r.Release(s1, 1)
 	})
 }
+
+// Wakeups counts a waiter woken by another goroutine's release (its
+// goroutine made runnable), which the server's event loops read, and not
+// an acquire that takes a free lock.
+func TestWakeupsCountsAGrantedWaiter(t *testing.T) {
+	m := newManager(t, DefaultConfig())
+	s1, s2 := newSession(t, m), newSession(t, m)
+	ctx := testCtx(t)
+	l := create[*Lock](t, m, s1, KindLock, "woken", Params{})
+	before := Wakeups()
+	if ok, err := l.Acquire(ctx, s1, 1, true, Forever); !ok || err != nil {
+		t.Fatalf("acquire: %v %v", ok, err)
+	}
+	if Wakeups() != before {
+		t.Fatal("an acquire of a free lock counted as a wake-up")
+	}
+	got := make(chan error, 1)
+	go func() {
+		ok, err := l.Acquire(ctx, s2, 2, true, Forever)
+		if err == nil && !ok {
+			err = context.DeadlineExceeded
+		}
+		got <- err
+	}()
+	eventually(t, "the second acquire parks", func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.waiters.len() == 1
+	})
+	if err := l.Release(s1, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if n := Wakeups() - before; n < 1 {
+		t.Fatalf("the granted waiter was not counted (%d)", n)
+	}
+}

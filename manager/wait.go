@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -67,6 +68,7 @@ func (q *waitQueue) remove(w *waiter) bool {
 func (q *waitQueue) grant(w *waiter) {
 	q.remove(w)
 	close(w.ready)
+	wakeups.Add(1)
 }
 
 // failAll wakes every waiter with err.
@@ -75,8 +77,18 @@ func (q *waitQueue) failAll(err error) {
 		q.remove(w)
 		w.err = err
 		close(w.ready)
+		wakeups.Add(1)
 	}
 }
+
+// wakeups counts the parked waiters woken by another goroutine (Wakeups).
+var wakeups atomic.Uint64
+
+// Wakeups returns how many parked waiters have been woken by another
+// goroutine so far (granted, or failed by a delete or a shutdown), in every
+// Manager of the process. The server's event loops compare it across a
+// batch of requests: a change means the batch made goroutines runnable.
+func Wakeups() uint64 { return wakeups.Load() }
 
 // testHookGaveUp, when set (tests only), runs after a waiter that gave up
 // has left its queue and the object's mutex is free again.

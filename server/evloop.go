@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/syncmgr/syncmgr/manager"
 	"github.com/syncmgr/syncmgr/metrics"
 	"github.com/syncmgr/syncmgr/wire"
 )
@@ -64,7 +65,7 @@ type evLoop struct {
 	conns map[int32]*conn // by descriptor
 
 	events [128]unix.EpollEvent
-	idle   bool // the last raw wait ended with nothing ready: wait as idle
+	idle   bool // the last raw wait ended with nothing ready, or the last batch woke parked waiters: wait in the runtime's call
 	// raw: the loop may wait by a raw system call, holding its P. Only
 	// when the runtime has more Ps than there are loops: with none to
 	// spare, everything else would wait for the loop's next event.
@@ -287,6 +288,7 @@ func (l *evLoop) run() {
 			continue
 		}
 		l.pace()
+		woke := manager.Wakeups()
 		for i := range n {
 			ev := l.events[i]
 			if int(ev.Fd) == l.wakefd {
@@ -309,6 +311,16 @@ func (l *evLoop) run() {
 				l.readable(c)
 			}
 		}
+		// Requests that woke parked waiters (a release handing a Lock on,
+		// a put handing an item to a parked get) made their goroutines
+		// runnable on this loop's P. Under the raw wait that P stays marked
+		// running, and another P takes a goroutine from a running P only
+		// after polling it with sleeps (the runtime leaves a running P its
+		// next goroutine for a while); in the runtime's own wait the P is
+		// marked in a system call and they are taken at once.
+		if manager.Wakeups() != woke {
+			l.idle = true
+		}
 	}
 }
 
@@ -320,8 +332,9 @@ func (l *evLoop) run() {
 // interrupts it (EINTR) with the signal it preempts a goroutine with, sent
 // when the loop has had its P for 10 ms and when the world is stopped, so a
 // collection waits for the loop no longer than for any other goroutine.
-// After such an interruption the loop counts as idle and waits once in a
-// call the runtime knows may block, its P free for others meanwhile.
+// After such an interruption, and after a batch of requests that woke
+// parked waiters (run), the loop counts as idle and waits once in a call
+// the runtime knows may block, its P free for others meanwhile.
 func (l *evLoop) wait() (int, error) {
 	if !l.idle && l.raw {
 		r1, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(l.epfd), uintptr(unsafe.Pointer(&l.events[0])),
