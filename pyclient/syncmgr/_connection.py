@@ -376,7 +376,7 @@ class Client:
                     self._give_back(conn)
                     check_size(f, limit, op)  # raises FrameTooLargeError
             try:
-                conn._send(frames[0] if len(frames) == 1 else [b for f in frames for b in f])
+                conn.send_requests(frames)
                 return conn
             except BaseException as e:
                 if not self._send_failed(conn, e, undos, attempt):
@@ -437,10 +437,7 @@ class Client:
                 self._give_back(conn)
                 raise
             try:
-                if len(req) == 1:
-                    conn.sock.sendall(req[0])
-                else:
-                    conn._send(req)
+                conn._send(req)
             except BaseException as e:
                 if not self._send_failed(conn, e, {rid: undo}, 0):
                     raise
