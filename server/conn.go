@@ -52,6 +52,7 @@ type conn struct {
 	// or between two requests once the daemon is busy); never unset.
 	lp    atomic.Pointer[loopConn]
 	plain bool // a Unix or plain TCP socket: one a loop can serve
+	tls   bool // TLS over a TCP socket, which a loop can serve too (evloop_tls.go)
 
 	pmu      sync.Mutex
 	parked   map[uint64]*parkedReq
@@ -69,6 +70,9 @@ func (s *Server) newConn(nc net.Conn) *conn {
 	switch nc.(type) {
 	case *net.UnixConn, *net.TCPConn:
 		c.plain = true
+	default:
+		_, sc := loopTLS(nc)
+		c.tls = sc != nil
 	}
 	return c
 }

@@ -15,23 +15,25 @@
 // manager's Grant with its reply. errors.go is the one place Go errors
 // become wire codes.
 //
-// Plain TCP connections, and Unix ones once the server has
+// TCP connections, plain and TLS, and Unix ones once the server has
 // Config.EventLoopMinConns plain connections, are served by its event loops
 // (evloop.go): a goroutine with an epoll set of its own that reads,
 // executes and answers the requests of every ready connection, one
-// connection's requests in order. Otherwise (always for TLS, or when
-// Config.EventLoops is negative) a connection is served by a goroutine of
-// its own that does the same for it alone (conn.loop); a Unix one moves
-// into a loop between two requests once the server is busy. From that
-// count on, a loop's goroutine keeps its thread and runs it under
-// SCHED_BATCH, so that a client's wake-up does not preempt the client and
-// the loop finds several requests when it runs (evloop_sched.go). Plain
-// connections and, below crypto/tls, TLS ones read and write their socket
-// by raw system calls on its non-blocking descriptor and wait through the
-// runtime's poller only when it is not ready (rawio.go; listen.go's
-// sniffConn for TLS). While the rest of a large body is still to come on a
-// TCP socket, its SO_RCVLOWAT defers the reader's wake-up until 256 KiB
-// have arrived (rawIO.expect). Either way, a request
+// connection's requests in order. A TLS connection's records go through
+// its tls.Conn, over the socket below it in loop mode (evloop_tls.go).
+// Otherwise (a Unix connection while the server has fewer, or every
+// connection when Config.EventLoops is negative) a connection is served by
+// a goroutine of its own that does the same for it alone (conn.loop); a
+// Unix one moves into a loop between two requests once the server is busy.
+// From that count on, a loop's goroutine keeps its thread and runs it
+// under SCHED_BATCH, so that a client's wake-up does not preempt the client
+// and the loop finds several requests when it runs (evloop_sched.go).
+// Sockets are read and written by raw system calls on their non-blocking
+// descriptor, a goroutine's waiting through the runtime's poller only when
+// it is not ready (rawio.go; listen.go's sniffConn for TLS during the
+// handshake). While the rest of a large body is still to come on a TCP
+// socket, its SO_RCVLOWAT defers the reader's wake-up until 256 KiB have
+// arrived (rawIO.expect, loopConn.setLowat). Either way, a request
 // that has to wait is parked in a goroutine of its own with a context
 // derived from the connection's. Whether it replies at once or later, a
 // granting op's reply goes through conn.deliver, which commits the grant

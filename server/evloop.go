@@ -1,8 +1,10 @@
 package server
 
 import (
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
+	"io"
 	"maps"
 	"net"
 	"os"
@@ -22,8 +24,8 @@ import (
 	"github.com/syncmgr/syncmgr/wire"
 )
 
-// An event loop serves the plain (Unix and TCP, not TLS) connections given
-// to it, at their handshake or between two requests once the server is
+// An event loop serves the connections given to it (Unix, TCP, and TLS
+// over TCP: evloop_tls.go), at their handshake or between two requests once the server is
 // busy (conn.loopsWanted): one goroutine waits in its own epoll set and
 // reads, executes and answers the requests of every connection that is
 // ready, with no hand-off between threads on the way. With a goroutine per
@@ -61,8 +63,13 @@ type evLoop struct {
 	done   chan struct{}
 	load   atomic.Int64 // connections served, for placing new ones
 
-	mu    sync.Mutex
-	conns map[int32]*conn // by descriptor
+	mu     sync.Mutex
+	conns  map[int32]*conn // by descriptor
+	kicked []*conn         // connections to read once they are in the loop (TLS: crypto/tls may hold records)
+
+	// again: TLS connections whose records crypto/tls may still hold,
+	// read again after the next wait (which then does not block).
+	again []*conn
 
 	events [128]unix.EpollEvent
 	idle   bool // the last raw wait ended with nothing ready, or the last batch woke parked waiters: wait in the runtime's call
@@ -90,6 +97,18 @@ const directRead = 32 << 10
 type loopConn struct {
 	loop *evLoop
 	fd   int
+	// TLS (evloop_tls.go): frames are read and written through tc, over
+	// sc in loop mode; nil for a plain socket.
+	tc *tls.Conn
+	sc *sniffConn
+	// held: a TLS connection's reading stopped before crypto/tls would
+	// block (the loop's goroutine only): it may hold records epoll does
+	// not see.
+	held bool
+	// tcp: a TCP socket, whose readiness waits for SO_RCVLOWAT bytes,
+	// last set to lowat (0: never, the kernel's 1); see setLowat.
+	tcp   bool
+	lowat int
 	// ended is closed when the loop has let go of the connection.
 	ended chan struct{}
 
@@ -178,8 +197,8 @@ func newEvLoop(s *Server) (*evLoop, error) {
 		rbuf: make([]byte, 64<<10)}, nil
 }
 
-// loopsWanted reports whether c, a plain connection, goes to an event loop
-// now: a TCP one always, a Unix one once the daemon has EventLoopMinConns
+// loopsWanted reports whether c goes to an event loop now: a TCP one
+// (plain or TLS) always, a Unix one once the daemon has EventLoopMinConns
 // plain connections (unless loops are off). Below that, a Unix
 // connection's own goroutine answers one client sooner: a loop's thread
 // woken by one client alone is put on that client's CPU (a Unix socket's
@@ -188,16 +207,19 @@ func newEvLoop(s *Server) (*evLoop, error) {
 // client sooner than a goroutine did.
 func (c *conn) loopsWanted() bool {
 	s := c.srv
-	return c.plain && s.cfg.EventLoops >= 0 &&
+	return (c.plain || c.tls) && s.cfg.EventLoops >= 0 &&
 		(c.transport == metrics.TransportTCP || s.plain.Load() >= int64(s.cfg.EventLoopMinConns))
 }
 
-// adopt moves c, a plain connection past its handshake and between two
+// adopt moves c, a connection past its handshake and between two
 // requests, out of the runtime's poller and into the least loaded event
 // loop. It reports false (c unchanged) when there is none or c is closed.
 func (c *conn) adopt() bool {
-	sc, ok := c.nc.(syscall.Conn) // a plain socket (loopsWanted), never TLS
-	if !ok {
+	tc, tsc := loopTLS(c.nc)
+	var sc syscall.Conn
+	if tsc != nil {
+		sc = tsc.Conn.(syscall.Conn) // a *net.TCPConn (loopTLS)
+	} else if sc, _ = c.nc.(syscall.Conn); sc == nil {
 		return false
 	}
 	loops := c.srv.eventLoops()
@@ -221,10 +243,17 @@ func (c *conn) adopt() bool {
 		return false
 	}
 	// The copy shares the original's non-blocking open file; closing the
-	// original takes it out of the runtime's poller.
-	c.nc.Close()
+	// original takes it out of the runtime's poller. (A TLS connection's
+	// socket, not its tls.Conn, which would send close_notify.)
+	lp := &loopConn{loop: l, fd: fd, ended: make(chan struct{}), tcp: c.transport == metrics.TransportTCP}
+	if tsc != nil {
+		tsc.Conn.Close()
+		tsc.enterLoop(fd)
+		lp.tc, lp.sc = tc, tsc
+	} else {
+		c.nc.Close()
+	}
 	l.load.Add(1)
-	lp := &loopConn{loop: l, fd: fd, ended: make(chan struct{})}
 	c.lp.Store(lp)
 	c.wmu.Unlock()
 	if c.ctx.Err() != nil { // closed while it moved: close saw no loop
@@ -251,6 +280,8 @@ func (c *conn) serveInLoop() {
 		delete(l.conns, int32(lp.fd))
 		l.mu.Unlock()
 		lp.letGo(c)
+	} else if lp.tc != nil {
+		l.kick(c) // crypto/tls may hold records read before the move
 	}
 	<-lp.ended
 	c.wmu.Lock()
@@ -281,7 +312,7 @@ func (lp *loopConn) shut() {
 func (l *evLoop) run() {
 	defer close(l.done)
 	for {
-		n, err := l.wait()
+		n, err := l.wait(len(l.again) > 0)
 		if err != nil {
 			l.srv.log.Error().Err(err).Msg("epoll_wait")
 			time.Sleep(10 * time.Millisecond)
@@ -289,6 +320,8 @@ func (l *evLoop) run() {
 		}
 		l.pace()
 		woke := manager.Wakeups()
+		again := l.again
+		l.again = nil
 		for i := range n {
 			ev := l.events[i]
 			if int(ev.Fd) == l.wakefd {
@@ -296,6 +329,7 @@ func (l *evLoop) run() {
 					l.endAll()
 					return
 				}
+				again = append(again, l.takeKicked()...)
 				continue
 			}
 			l.mu.Lock()
@@ -304,10 +338,26 @@ func (l *evLoop) run() {
 			if c == nil {
 				continue
 			}
-			if ev.Events&unix.EPOLLOUT != 0 && !l.flush(c) {
-				continue
+			if ev.Events&unix.EPOLLOUT != 0 {
+				if !l.flush(c) {
+					continue
+				}
+				if lp := c.lp.Load(); lp.held && !lp.backlogged(c) {
+					again = append(again, c)
+				}
 			}
 			if ev.Events&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+				l.readable(c)
+			}
+		}
+		for _, c := range again {
+			lp := c.lp.Load()
+			select {
+			case <-lp.ended:
+				continue
+			default:
+			}
+			if !lp.backlogged(c) {
 				l.readable(c)
 			}
 		}
@@ -335,15 +385,19 @@ func (l *evLoop) run() {
 // After such an interruption, and after a batch of requests that woke
 // parked waiters (run), the loop counts as idle and waits once in a call
 // the runtime knows may block, its P free for others meanwhile.
-func (l *evLoop) wait() (int, error) {
-	if !l.idle && l.raw {
+func (l *evLoop) wait(poll bool) (int, error) {
+	if !l.idle && l.raw || poll {
+		ms := rawWaitMS
+		if poll {
+			ms = 0
+		}
 		r1, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(l.epfd), uintptr(unsafe.Pointer(&l.events[0])),
-			uintptr(len(l.events)), uintptr(rawWaitMS), 0, 0)
+			uintptr(len(l.events)), uintptr(ms), 0, 0)
 		switch {
 		case e == 0 && r1 > 0:
 			return int(r1), nil
 		case e == 0 || e == unix.EINTR:
-			l.idle = true
+			l.idle = !poll
 			return 0, nil
 		default:
 			return 0, os.NewSyscallError("epoll_pwait", e)
@@ -425,49 +479,145 @@ func (ch *outChunk) release(ok bool) {
 	}
 }
 
-// readable reads what c has sent, once (a connection with more to read is
-// reported again: every ready connection gets its turn), and executes the
-// requests completed by it.
+// readable reads what c has sent and executes the requests completed by
+// it. A plain socket is read once (a connection with more to read is
+// reported again: every ready connection gets its turn); a TLS one until
+// crypto/tls would block, or up to tlsTurn bytes and then again after the
+// next wait (evloop_tls.go).
 func (l *evLoop) readable(c *conn) {
 	lp := c.lp.Load()
-	if c.ctx.Err() != nil {
-		l.end(c)
+	lp.held = false
+	if lp.sc != nil {
+		lp.sc.loop.newTurn()
+	}
+	for turn := 0; ; {
+		if c.ctx.Err() != nil {
+			l.end(c)
+			return
+		}
+		buf := l.rbuf
+		direct := lp.n > 0 && !lp.over && int(lp.n)-lp.got >= directRead
+		if direct {
+			lp.grow()
+			buf = lp.body[lp.got:]
+		}
+		n, err := lp.read(buf)
+		if n > 0 {
+			if ferr := c.took(buf[:n], direct); ferr != nil {
+				c.readFailed(ferr)
+				l.end(c)
+				return
+			}
+		}
+		if err == errWouldBlock {
+			break
+		}
+		if err != nil {
+			if err != io.EOF {
+				c.log.Debug().Err(err).Msg("read failed")
+			}
+			l.end(c)
+			return
+		}
+		if lp.tc == nil {
+			break // once per readiness
+		}
+		if turn += n; turn >= tlsTurn || lp.backlogged(c) {
+			lp.held = true
+			if !lp.backlogged(c) {
+				l.again = append(l.again, c)
+			} // else: read again once flush has drained the output (run)
+			break
+		}
+	}
+	if lp.tc != nil {
+		lp.sendKept(c)
+	}
+	if lp.tcp {
+		lp.setLowat()
+	}
+}
+
+// setLowat has a TCP socket report readable only once lowatMax bytes (or
+// the whole rest) of a large frame's body have arrived, as rawIO.expect
+// does for a connection with a goroutine of its own: a TLS sender writes
+// each 16 KiB record by itself, and the loop would be woken, read one
+// record and wait again for each. The count is the body still to come,
+// less what crypto/tls may hold of it (tlsHeld), which the socket will
+// surely deliver before the peer waits for the daemon; once less than
+// lowatMin is to come, the socket is set back to 1.
+func (lp *loopConn) setLowat() {
+	want := 1
+	if lp.n > 0 && !lp.over {
+		rest := int(lp.n) - lp.got
+		if lp.tc != nil {
+			rest -= tlsHeld
+		}
+		if rest >= lowatMin {
+			want = min(rest, lowatMax)
+		}
+	}
+	if want == max(lp.lowat, 1) {
 		return
 	}
-	buf := l.rbuf
-	direct := lp.n > 0 && !lp.over && int(lp.n)-lp.got >= directRead
-	if direct {
-		lp.grow()
-		buf = lp.body[lp.got:]
+	if unix.SetsockoptInt(lp.fd, unix.SOL_SOCKET, unix.SO_RCVLOWAT, want) == nil {
+		lp.lowat = want
+	}
+}
+
+// read reads c's next bytes into buf: a plain socket by one read(2), a TLS
+// one through crypto/tls. It answers errWouldBlock when there is nothing.
+func (lp *loopConn) read(buf []byte) (int, error) {
+	if lp.tc != nil {
+		return lp.tc.Read(buf)
 	}
 	r1, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(lp.fd), uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)))
 	switch {
 	case e == unix.EAGAIN || e == unix.EINTR:
-		return
+		return 0, errWouldBlock
 	case e != 0:
-		c.log.Debug().Err(e).Msg("read failed")
-		l.end(c)
-		return
+		return 0, os.NewSyscallError("read", e)
 	case r1 == 0:
-		l.end(c)
-		return
+		return 0, io.EOF
 	}
-	if direct {
-		lp.got += int(r1)
-		if lp.got == int(lp.n) {
-			err := c.frameDone()
-			if err == nil {
-				return
-			}
-			c.readFailed(err)
-			l.end(c)
-		}
-		return
+	return int(r1), nil
+}
+
+// took takes p, bytes just read from c (straight into the frame's body when
+// direct), and executes the requests they complete.
+func (c *conn) took(p []byte, direct bool) error {
+	if !direct {
+		return c.feed(p)
 	}
-	if err := c.feed(buf[:r1]); err != nil {
-		c.readFailed(err)
-		l.end(c)
+	lp := c.lp.Load()
+	lp.got += len(p)
+	if lp.got < int(lp.n) {
+		return nil
 	}
+	return c.frameDone()
+}
+
+// kick has c's loop read c once it is in the loop, whether or not its
+// socket is readable.
+func (l *evLoop) kick(c *conn) {
+	l.mu.Lock()
+	l.kicked = append(l.kicked, c)
+	l.mu.Unlock()
+	var one [8]byte
+	binary.NativeEndian.PutUint64(one[:], 1)
+	_, _ = unix.Write(l.wakefd, one[:])
+}
+
+// takeKicked clears the loop's eventfd and returns the connections kicked
+// since the last call.
+func (l *evLoop) takeKicked() []*conn {
+	var b [8]byte
+	_, _ = unix.Read(l.wakefd, b[:])
+	l.mu.Lock()
+	cs := l.kicked
+	l.kicked = nil
+	l.mu.Unlock()
+	return cs
 }
 
 // grow makes room in lp.body for the next bytes of its frame: the body
@@ -737,7 +887,13 @@ func (lp *loopConn) stalled(c *conn) {
 // the write failed.
 func (lp *loopConn) send(c *conn, bufs [][]byte, fd int, done func(bool)) error {
 	c.wmu.Lock()
-	queued, err := lp.sendLocked(c, bufs, fd, done)
+	var queued bool
+	var err error
+	if lp.tc != nil {
+		queued, err = lp.sendTLSLocked(c, bufs, done)
+	} else {
+		queued, err = lp.sendLocked(c, bufs, fd, done)
+	}
 	c.wmu.Unlock()
 	if queued {
 		return nil

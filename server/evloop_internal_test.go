@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os"
@@ -241,5 +242,102 @@ func TestBusyLoopYieldsToClients(t *testing.T) {
 	}
 	if p := policy(tid); p != unix.SCHED_NORMAL {
 		t.Fatalf("thread %d, given back, has policy %d, want SCHED_OTHER (%d)", tid, p, unix.SCHED_NORMAL)
+	}
+}
+
+// A large frame's body arriving over TCP, plain or TLS, to a connection in
+// an event loop: while at least lowatMin of it (less what crypto/tls may
+// hold) is still to come, the socket reports readable only once lowatMax
+// bytes have arrived, not at each record; the request is executed when the
+// body is complete, and the socket is back at 1 for the next small request.
+func TestLoopWaitsForALargeBodyInPieces(t *testing.T) {
+	for _, overTLS := range []bool{false, true} {
+		t.Run(map[bool]string{false: "tcp", true: "tls"}[overTLS], func(t *testing.T) {
+			key := []byte("k")
+			srv, err := New(Config{Key: key, Logger: zerolog.Nop(), EventLoops: 1}, manager.New(manager.DefaultConfig()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var cfg *tls.Config
+			if overTLS {
+				if cfg, _, err = SelfSignedTLS("127.0.0.1", time.Now()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ln, err := ListenTCP("127.0.0.1:0", cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			go srv.Serve(ln)
+			t.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				if err := srv.Shutdown(ctx); err != nil {
+					t.Error(err)
+				}
+			})
+			var nc net.Conn
+			if overTLS {
+				nc, err = tls.Dial("tcp", ln.Addr().String(), &tls.Config{InsecureSkipVerify: true})
+			} else {
+				nc, err = net.Dial("tcp", ln.Addr().String())
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc.Close()
+			_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
+			if _, err := auth.Client(nc, auth.ClientConfig{Key: key, Label: "t"}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := nc.Write(request(t, 1, "create", map[string]any{"kind": "queue", "name": "q"})); err != nil {
+				t.Fatal(err)
+			}
+			if rep := readReply(t, nc); rep.Err != nil {
+				t.Fatal(rep.Err)
+			}
+			var lp *loopConn
+			srv.mu.Lock()
+			for c := range srv.conns {
+				lp = c.lp.Load()
+			}
+			srv.mu.Unlock()
+			if lp == nil {
+				t.Fatal("the TCP connection is not in an event loop")
+			}
+			lowat := func() int {
+				v, err := unix.GetsockoptInt(lp.fd, unix.SOL_SOCKET, unix.SO_RCVLOWAT)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return v
+			}
+			waitLowat := func(want int) {
+				t.Helper()
+				for deadline := time.Now().Add(5 * time.Second); lowat() != want; time.Sleep(time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Fatalf("SO_RCVLOWAT is %d, want %d", lowat(), want)
+					}
+				}
+			}
+			frame := request(t, 2, "put", map[string]any{"kind": "queue", "name": "q", "item": make([]byte, 1<<20)})
+			if _, err := nc.Write(frame[:100<<10]); err != nil {
+				t.Fatal(err)
+			}
+			waitLowat(lowatMax) // 900 KiB to come (less tlsHeld under TLS)
+			if _, err := nc.Write(frame[100<<10:]); err != nil {
+				t.Fatal(err)
+			}
+			if rep := readReply(t, nc); rep.ID != 2 || rep.Err != nil {
+				t.Fatalf("the large put: %+v", rep)
+			}
+			waitLowat(1)
+			if _, err := nc.Write(request(t, 3, "ping", nil)); err != nil {
+				t.Fatal(err)
+			}
+			if rep := readReply(t, nc); rep.ID != 3 || rep.Err != nil {
+				t.Fatalf("the ping after: %+v", rep)
+			}
+		})
 	}
 }

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"os"
@@ -32,6 +33,7 @@ var testKey = []byte("server-test-key")
 type testServer struct {
 	srv      *server.Server
 	path     string
+	tls      *tls.Config // a TLS listener on 127.0.0.1 (path is then its address): the clients' config
 	serveErr chan error
 	stopOnce sync.Once
 }
@@ -39,7 +41,11 @@ type testServer struct {
 type serverOpts struct {
 	cfg  server.Config
 	mcfg manager.Config
+	tls  bool // listen on TCP+TLS on 127.0.0.1, not on a Unix socket
 }
+
+// overTLS has startServer listen on TCP+TLS on 127.0.0.1.
+func overTLS(o *serverOpts) { o.tls = true }
 
 func startServer(t *testing.T, opts ...func(*serverOpts)) *testServer {
 	t.Helper()
@@ -59,11 +65,18 @@ func startServer(t *testing.T, opts ...func(*serverOpts)) *testServer {
 		t.Fatal(err)
 	}
 	path := filepath.Join(dir, "s.sock")
-	ln, err := server.ListenUnix(path)
+	ts := &testServer{srv: srv, path: path, serveErr: make(chan error, 1)}
+	var ln net.Listener
+	if o.tls {
+		cert, pool := selfSigned(t)
+		ln, err = server.ListenTCP("127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+		ts.path, ts.tls = ln.Addr().String(), &tls.Config{RootCAs: pool}
+	} else {
+		ln, err = server.ListenUnix(path)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := &testServer{srv: srv, path: path, serveErr: make(chan error, 1)}
 	go func() { ts.serveErr <- srv.Serve(ln) }()
 	t.Cleanup(func() { ts.stop(t) })
 	return ts
@@ -93,7 +106,12 @@ func (ts *testServer) dial(t *testing.T, opts ...proxy.Option) *proxy.Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
-	c, err := proxy.Dial(ctx, ts.path, testKey, opts...)
+	addr := ts.path
+	if ts.tls != nil {
+		addr = "tcp://" + addr
+		opts = append(opts, proxy.WithTLS(ts.tls))
+	}
+	c, err := proxy.Dial(ctx, addr, testKey, opts...)
 	if err != nil {
 		t.Fatalf("dial: %v", err)
 	}
@@ -169,7 +187,13 @@ type rawConn struct {
 
 func (ts *testServer) raw(t *testing.T, session []byte) *rawConn {
 	t.Helper()
-	nc, err := net.DialTimeout("unix", ts.path, bound)
+	var nc net.Conn
+	var err error
+	if ts.tls != nil {
+		nc, err = tls.DialWithDialer(&net.Dialer{Timeout: bound}, "tcp", ts.path, ts.tls)
+	} else {
+		nc, err = net.DialTimeout("unix", ts.path, bound)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,8 +53,8 @@ type Config struct {
 	Logger             zerolog.Logger
 	Metrics            *metrics.Metrics // counters to update; nil records nothing
 
-	// EventLoops is how many event loops serve plain (Unix and TCP, not
-	// TLS) connections after their handshake (evloop.go): 0 for the
+	// EventLoops is how many event loops serve connections (Unix, TCP and
+	// TLS) after their handshake (evloop.go): 0 for the
 	// default, half of GOMAXPROCS and at least one; negative for none, each
 	// connection then served by a goroutine of its own.
 	EventLoops int

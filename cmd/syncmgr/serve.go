@@ -108,7 +108,7 @@ func serveFlags() (*flag.FlagSet, *serveConfig) {
 	fs.Int64Var(&c.maxObjBytes, "max-object-bytes", def.MaxObjectBytes, "bytes one queue (with waiting puts), dict or list may hold; each item counts 64 bytes more")
 	fs.Int64Var(&c.maxBytes, "max-bytes", def.MaxBytes, "bytes all queues, dicts and lists may hold together")
 	fs.Int64Var(&c.maxParked, "max-parked", server.DefaultMaxParked, "requests one client may have waiting at once")
-	fs.IntVar(&c.eventLoops, "event-loops", 0, "event loops serving Unix and plain TCP connections after their handshake (0: half the CPUs the daemon may use, at least one; -1: a thread of execution per connection instead)")
+	fs.IntVar(&c.eventLoops, "event-loops", 0, "event loops serving Unix, TCP and TLS connections after their handshake (0: half the CPUs the daemon may use, at least one; -1: a thread of execution per connection instead)")
 	fs.IntVar(&c.loopMinConns, "event-loop-min-conns", server.DefaultEventLoopMinConns, "Unix and plain TCP connections the daemon has before the event loops serve its Unix connections and their threads run under SCHED_BATCH (below it each Unix connection has a thread of execution of its own, which answers a lone client sooner; plain TCP connections are served by the loops from the first)")
 	fs.IntVar(&c.maxPeerConns, "max-conns-per-client", server.DefaultMaxConnsPerPeer, "connections one client (a process on a Unix socket, a source address over TCP) may have at once")
 	fs.IntVar(&c.maxUnauth, "max-handshakes", 128, "connections in the handshake at once, for Unix and for TCP each; over it one of the busiest source is dropped (a wrong key first, then the oldest silent one, then the one that has left the daemon's hello unanswered longest, once for 50ms; until then a newcomer waits)")

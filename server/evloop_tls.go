@@ -1,0 +1,222 @@
+package server
+
+import (
+	"crypto/tls"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// TLS connections in an event loop. A loop serves a TLS connection as it
+// serves a plain one, with crypto/tls between the socket and the frames:
+//
+//   - Reading. The loop reads through the tls.Conn, whose net.Conn (the
+//     sniffConn under it) reads the non-blocking socket by a raw read(2)
+//     and answers "would block" with a temporary net.Error. crypto/tls
+//     keeps what it has of a record and answers the same error: that is
+//     how it survives a read deadline. Records crypto/tls holds are not
+//     seen by epoll, so the loop reads on until the tls.Conn would block,
+//     and a connection stopped before that (tlsTurn bytes read in one
+//     turn, or outLimit bytes of replies waiting) is read again later
+//     (evLoop.again), as is one just adopted.
+//   - Writing. A reply is sealed under conn.wmu by tls.Conn.Write, whose
+//     records the sniffConn keeps (sniffConn.pending) instead of writing;
+//     they then take the plain path: written at once as far as the socket
+//     takes them, the rest in the connection's output queue with the
+//     reply's grant.
+//   - A TLS 1.3 KeyUpdate with update_requested is answered by crypto/tls
+//     from inside Read, in the loop's goroutine, which does not hold wmu
+//     then (a writer holding wmu may wait for crypto/tls's output lock,
+//     which that Read holds). Its record waits in the sniffConn behind the
+//     records sealed before it and ahead of those sealed after it (all
+//     are sealed under crypto/tls's output lock): the next reply takes it
+//     along, or the loop queues it after the Read.
+
+// tlsTurn is how many plaintext bytes the loop reads from one TLS
+// connection before it turns to the others.
+const tlsTurn = 128 << 10
+
+// errWouldBlock is what a looped sniffConn's Read answers when the socket
+// has nothing: a temporary error, which crypto/tls survives.
+var errWouldBlock net.Error = wouldBlock{}
+
+type wouldBlock struct{}
+
+func (wouldBlock) Error() string   { return "read would block" }
+func (wouldBlock) Timeout() bool   { return true }
+func (wouldBlock) Temporary() bool { return true }
+
+// loopState is a sniffConn's state once its connection is in an event
+// loop: the socket's descriptor (the loop's duplicate) and the records
+// crypto/tls wrote that are still to be queued for the socket.
+type loopState struct {
+	fd int
+	// drained: the last read took less than it could, so the socket had
+	// nothing more then; the loop's goroutine only (see read).
+	drained bool
+	mu      sync.Mutex
+	out     []byte
+}
+
+// enterLoop puts c in loop mode: from now on it reads fd and keeps what
+// it is asked to write. c's own socket must be closed by the caller.
+func (c *sniffConn) enterLoop(fd int) {
+	c.loop = &loopState{fd: fd}
+}
+
+// read reads the socket once, without waiting. Once a read in this turn
+// has drained the socket, it answers would-block with no system call:
+// crypto/tls asks for more only when what it holds ends mid-record, and
+// bytes that arrived since make the socket readable for the loop's next
+// wait (level-triggered). A turn begins with a read of the socket
+// (newTurn).
+func (s *loopState) read(b []byte) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	if s.drained {
+		return 0, errWouldBlock
+	}
+	for {
+		r1, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(s.fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+		switch {
+		case e == unix.EINTR:
+			continue
+		case e == unix.EAGAIN:
+			return 0, errWouldBlock
+		case e != 0:
+			return 0, os.NewSyscallError("read", e)
+		case r1 == 0:
+			return 0, io.EOF
+		}
+		s.drained = int(r1) < len(b)
+		return int(r1), nil
+	}
+}
+
+// newTurn has the next read ask the socket.
+func (s *loopState) newTurn() { s.drained = false }
+
+// keep takes a record crypto/tls wrote (under its output lock).
+func (s *loopState) keep(b []byte) {
+	s.mu.Lock()
+	s.out = append(s.out, b...)
+	s.mu.Unlock()
+}
+
+// take returns the records kept so far, in the order they were sealed.
+func (s *loopState) take() []byte {
+	s.mu.Lock()
+	b := s.out
+	s.out = nil
+	s.mu.Unlock()
+	return b
+}
+
+// reuse gives back a buffer take returned, once its bytes are written.
+func (s *loopState) reuse(b []byte) {
+	s.mu.Lock()
+	if s.out == nil && cap(b) <= maxReused {
+		s.out = b[:0]
+	}
+	s.mu.Unlock()
+}
+
+// reserve makes room for n more bytes of records.
+func (s *loopState) reserve(n int) {
+	s.mu.Lock()
+	if cap(s.out)-len(s.out) < n {
+		grown := make([]byte, len(s.out), len(s.out)+n)
+		copy(grown, s.out)
+		s.out = grown
+	}
+	s.mu.Unlock()
+}
+
+// kept reports whether records wait to be queued.
+func (s *loopState) kept() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.out) > 0
+}
+
+// maxReused is the largest record buffer kept for the next reply.
+const maxReused = 64 << 10
+
+// sealOverhead bounds what records add to n bytes of plaintext: a 5-byte
+// header, a content type byte and a 16-byte tag per record, and records
+// of at least about 1 KiB (crypto/tls's smallest, while a connection is
+// new).
+func sealOverhead(n int) int { return n/32 + 64 }
+
+// sendTLSLocked seals bufs into records and sends them as one reply (under
+// c.wmu); see sendLocked.
+func (lp *loopConn) sendTLSLocked(c *conn, bufs [][]byte, done func(bool)) (queued bool, err error) {
+	if lp.closed {
+		return false, net.ErrClosed
+	}
+	st := lp.sc.loop
+	size := 0
+	for _, b := range bufs {
+		size += len(b)
+	}
+	st.reserve(size + sealOverhead(size))
+	for _, b := range bufs {
+		if _, err := lp.tc.Write(b); err != nil {
+			return false, err
+		}
+	}
+	rec := st.take()
+	queued, err = lp.sendLocked(c, [][]byte{rec}, -1, done)
+	if !queued {
+		st.reuse(rec)
+	}
+	return queued, err
+}
+
+// sendKept queues the records crypto/tls wrote by itself (a KeyUpdate's
+// answer, from Read) that no reply has taken along.
+func (lp *loopConn) sendKept(c *conn) {
+	if !lp.sc.loop.kept() {
+		return
+	}
+	c.wmu.Lock()
+	if lp.closed {
+		c.wmu.Unlock()
+		return
+	}
+	_, err := lp.sendLocked(c, [][]byte{lp.sc.loop.take()}, -1, nil)
+	c.wmu.Unlock()
+	if err != nil {
+		c.close()
+	}
+}
+
+// backlogged reports whether outLimit bytes of replies wait for c, when
+// the loop stops reading its requests.
+func (lp *loopConn) backlogged(c *conn) bool {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return lp.outBytes >= outLimit
+}
+
+// loopTLS returns the tls.Conn and sniffConn of a TLS connection a loop
+// can serve, or nils.
+func loopTLS(nc net.Conn) (*tls.Conn, *sniffConn) {
+	tc, ok := nc.(*tls.Conn)
+	if !ok {
+		return nil, nil
+	}
+	sc, ok := tc.NetConn().(*sniffConn)
+	if !ok {
+		return nil, nil
+	}
+	if _, ok := sc.Conn.(*net.TCPConn); !ok {
+		return nil, nil
+	}
+	return tc, sc
+}
