@@ -17,14 +17,14 @@ import (
 
 // everyServing runs fn on a server whose connections are served by event
 // loops (the default), on one that serves each by a goroutine of its own
-// (EventLoops < 0), and on a TLS listener, whose connections the loops
-// serve too (evloop_tls.go).
+// (EventLoops < 0), and on a TLS listener served either way (the loops:
+// evloop_tls.go).
 func everyServing(t *testing.T, fn func(t *testing.T, ts *testServer), opts ...func(*serverOpts)) {
+	goroutines := func(o *serverOpts) { o.cfg.EventLoops = -1 }
 	t.Run("loop", func(t *testing.T) { fn(t, startServer(t, opts...)) })
-	t.Run("goroutine", func(t *testing.T) {
-		fn(t, startServer(t, append(opts, func(o *serverOpts) { o.cfg.EventLoops = -1 })...))
-	})
+	t.Run("goroutine", func(t *testing.T) { fn(t, startServer(t, append(opts, goroutines)...)) })
 	t.Run("tls-loop", func(t *testing.T) { fn(t, startServer(t, append(opts, overTLS)...)) })
+	t.Run("tls-goroutine", func(t *testing.T) { fn(t, startServer(t, append(opts, overTLS, goroutines)...)) })
 }
 
 // Replies that a client never reads and whose connection then ends give
