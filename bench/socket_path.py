@@ -4,7 +4,9 @@ The path every remote worker takes (and every op with no fast path). Each
 client is its own process with its own objects; syncmgr's fast path is off.
 
 * **one client's round trip**, µs per call: Value get, and Queue put+get of
-  8 bytes; syncmgr over its Unix socket and over TCP loopback, SyncManager
+  8 bytes; syncmgr over its Unix socket, over TCP loopback and over TCP+TLS
+  loopback (a daemon of its own with ``--tls-self-signed``: the path of
+  every ``syncmgr.ray`` remote worker), SyncManager
   over its Unix socket (its default) and over TCP loopback, Redis (``GET``;
   ``RPUSH`` + ``LPOP``) driven by redis-py;
 * **16 and 64 clients**: aggregate calls/s, and the daemon's CPU per call
@@ -29,6 +31,7 @@ import multiprocessing as mp
 import os
 import shutil
 import socket
+import ssl
 import statistics
 import subprocess
 import sys
@@ -49,7 +52,9 @@ DOC = os.path.join(REPO, "docs", "benchmarks.md")
 BEGIN, END = "<!-- socket-path:begin -->", "<!-- socket-path:end -->"
 CTX = mp.get_context("fork")
 BIN = os.environ.get("SYNCMGR_BIN") or os.path.join(REPO, "bin", "syncmgr")
-UNIX, TCP, SM, SM_TCP, REDIS = "syncmgr Unix", "syncmgr TCP", "SyncManager", "SyncManager TCP", "Redis"
+UNIX, TCP, TLS, SM, SM_TCP, REDIS = ("syncmgr Unix", "syncmgr TCP", "syncmgr TLS", "SyncManager", "SyncManager TCP",
+                                     "Redis")
+SYNCMGR = (UNIX, TCP, TLS)
 # The rows measured by one client's round trip only: the daemon's CPU per
 # call is the same on either of a server's sockets.
 LATENCY_ONLY = (TCP, SM_TCP)
@@ -69,6 +74,14 @@ class Systems:
         self.d = PrivateDaemon(BIN, args=("--tcp", f"127.0.0.1:{port}", "--shm-dir", "none"), forward_log=False,
                                key_file=False).start()
         self.tcp = f"tcp://127.0.0.1:{port}"
+        port = _free_port()
+        self.dtls = PrivateDaemon(BIN, args=("--tcp", f"127.0.0.1:{port}", "--tls-self-signed", "--shm-dir", "none"),
+                                  forward_log=False, key_file=False).start()
+        self.tls = f"tcp://127.0.0.1:{port}"
+        # The daemon's own certificate, fetched over loopback and trusted as
+        # a CA (it names 127.0.0.1): a benchmark's shortcut for the pin that
+        # syncmgr.ray learns through Ray.
+        self.tls_ctx = ssl.create_default_context(cadata=ssl.get_server_certificate(("127.0.0.1", port)))
         from multiprocessing.managers import SyncManager
 
         self.sm = SyncManager(address=os.path.join(tempfile.mkdtemp(prefix="smgr-"), "s"), authkey=b"bench")
@@ -88,11 +101,19 @@ class Systems:
                 time.sleep(0.01)
 
     def names(self) -> list[str]:
-        return [UNIX, TCP, SM, SM_TCP] + ([REDIS] if self.redis else [])
+        return [UNIX, TCP, TLS, SM, SM_TCP] + ([REDIS] if self.redis else [])
+
+    def manager(self, system: str) -> Any:
+        """A new syncmgr client for system (one of SYNCMGR)."""
+        if system == TLS:
+            return syncmgr.connect(self.tls, self.dtls.key, ssl_context=self.tls_ctx)
+        return syncmgr.connect(self.d.address if system == UNIX else self.tcp, self.d.key)
 
     def pid(self, system: str) -> int:
         if system in (UNIX, TCP):
             return self.d.pid
+        if system == TLS:
+            return self.dtls.pid
         if system == SM:
             return self.sm._process.pid  # type: ignore[attr-defined]
         assert self.redis is not None
@@ -100,6 +121,7 @@ class Systems:
 
     def close(self) -> None:
         self.d.close()
+        self.dtls.close()
         self.sm.shutdown()
         self.sm_tcp.shutdown()
         if self.redis is not None:
@@ -116,8 +138,8 @@ def _free_port() -> int:
 def op_for(S: Systems, system: str, op: str) -> Callable[[], Any]:
     """A fresh client in this process (a forked child) and its op."""
     tag = f"{os.getpid()}-{time.monotonic_ns()}"
-    if system in (UNIX, TCP):
-        m = syncmgr.connect(S.d.address if system == UNIX else S.tcp, S.d.key)
+    if system in SYNCMGR:
+        m = S.manager(system)
         if op == "val":
             return m.Value("i", 0).get
         if op in ("pipe10", "seq10"):
@@ -214,7 +236,7 @@ def in_child(measure: Callable[[], float]) -> float:
 
 
 def _drain(S: Systems, system: str, name: str, n_items: int, out: Any) -> None:
-    m = syncmgr.connect(S.d.address if system == UNIX else S.tcp, S.d.key)
+    m = S.manager(system)
     q = m.Queue(name=name)
     out.put("ready")
     got = 0
@@ -234,7 +256,7 @@ def producer_items_s(S: Systems, system: str, n_calls: int) -> float:
     assert out.get(timeout=120) == "ready"
 
     def measure() -> float:
-        m = syncmgr.connect(S.d.address if system == UNIX else S.tcp, S.d.key)
+        m = S.manager(system)
         q = m.Queue(name=name)
         items = [b"12345678"] * 64
         for _ in range(20):
@@ -311,7 +333,7 @@ def run(smoke: bool, redis: bool) -> dict[str, Any]:
                         continue
                     for op in ("val", "q"):
                         R["tp"].setdefault((s, op, n), []).append(clients(S, s, op, n, secs))
-            for s in (UNIX, TCP):
+            for s in SYNCMGR:
                 for op in ("batch", "single64"):
                     us = latency(S, s, op, max(20, lat_n // 10))
                     R["batch"].setdefault((s, op), []).append(64 / us * 1e6)
@@ -339,8 +361,11 @@ def report(R: dict[str, Any]) -> list[str]:
         v = {s: med(R["lat"][(s, op)]) for s in systems}
         L.append(f"| {label} | " + " | ".join(f"{v[s]:.1f}" for s in systems)
                  + f" | {v[UNIX] / v[SM]:.2f}x | {v[TCP] / v[SM_TCP]:.2f}x |")
+    tls_vs_tcp = [med(R["lat"][(TLS, op)]) / med(R["lat"][(TCP, op)]) for op in ("val", "q")]
     L += ["", "Target: at most 1.0x SyncManager's, on the Unix socket and on TCP loopback (SyncManager listens on a "
-          "Unix socket by default; its TCP column is the same server on 127.0.0.1).", ""]
+          "Unix socket by default; its TCP column is the same server on 127.0.0.1). The TLS column, which has no "
+          "target, is what a `syncmgr.ray` remote worker pays: "
+          f"{tls_vs_tcp[0]:.2f}x and {tls_vs_tcp[1]:.2f}x plain TCP's round trip.", ""]
     counts = sorted({k[2] for k in R["tp"]})
     tsys = [s for s in systems if s not in LATENCY_ONLY]
     L += ["### Many clients: aggregate calls/s, and the server's CPU per call", "",
@@ -369,7 +394,7 @@ def report(R: dict[str, Any]) -> list[str]:
     L += ["", "### Batches of 64 x 8 B, items/s", "",
           "| socket | one producer's `put_many`, a consumer draining | `put_many` then `get_many`, one request each "
           "| the same items one request each | ratio of the last two |", "|---|---:|---:|---:|---:|"]
-    for s in (UNIX, TCP):
+    for s in SYNCMGR:
         p, b, one = (med(R["batch"][(s, k)]) for k in ("producer", "batch", "single64"))
         L.append(f"| {s} | {p:,.0f} | {b:,.0f} | {one:,.0f} | {b / one:.1f}x |")
     unix = med(R["batch"][(UNIX, "producer")])
@@ -380,7 +405,7 @@ def report(R: dict[str, Any]) -> list[str]:
           "two round trips per 64 items.", ""]
     L += ["### Pipelines: 10 calls (5 Value gets, 5 Event is_set), µs", "",
           "| socket | `m.pipeline()`, one round trip | one call at a time | ratio |", "|---|---:|---:|---:|"]
-    for s in (UNIX, TCP):
+    for s in SYNCMGR:
         pu, su = (med(R["pipe"][(s, k)]) for k in ("pipe10", "seq10"))
         L.append(f"| {s} | {pu:.0f} | {su:.0f} | {su / pu:.1f}x faster |")
     L.append("")
