@@ -482,15 +482,15 @@ func (ch *outChunk) release(ok bool) {
 // readable reads what c has sent and executes the requests completed by
 // it. A plain socket is read once (a connection with more to read is
 // reported again: every ready connection gets its turn); a TLS one until
-// crypto/tls would block, or up to tlsTurn bytes and then again after the
-// next wait (evloop_tls.go).
+// crypto/tls would block, or for one turn (tlsTurn, tlsTurnReads) and then
+// again after the next wait (evloop_tls.go).
 func (l *evLoop) readable(c *conn) {
 	lp := c.lp.Load()
 	lp.held = false
 	if lp.sc != nil {
 		lp.sc.loop.newTurn()
 	}
-	for turn := 0; ; {
+	for turn, reads := 0, 0; ; reads++ {
 		if c.ctx.Err() != nil {
 			l.end(c)
 			return
@@ -522,7 +522,7 @@ func (l *evLoop) readable(c *conn) {
 		if lp.tc == nil {
 			break // once per readiness
 		}
-		if turn += n; turn >= tlsTurn || lp.backlogged(c) {
+		if turn += n; turn >= tlsTurn || reads+1 >= tlsTurnReads || lp.backlogged(c) {
 			lp.held = true
 			if !lp.backlogged(c) {
 				l.again = append(l.again, c)

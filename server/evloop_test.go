@@ -293,3 +293,45 @@ func TestBackedUpClientGetsEveryReply(t *testing.T) {
 		})
 	}
 }
+
+// A TLS client that sends many small requests, each in a record of its own
+// and all before it reads: the loop reads them over many turns (crypto/tls
+// holds most of them out of epoll's sight, and a turn ends after
+// tlsTurnReads records), and every reply comes, in order, while another
+// client on the same loop is served meanwhile.
+func TestManySmallTLSRecordsAreAllServed(t *testing.T) {
+	ts := startServer(t, overTLS, func(o *serverOpts) { o.cfg.EventLoops = 1 })
+	other := ts.dial(t)
+	call(t, other, "create", obj("dict", "R"))
+	r := ts.raw(t, nil)
+	const n = 2000
+	done := make(chan error, 1)
+	go func() {
+		for i := range n {
+			f, err := wire.EncodeRequest(uint64(i+1), "set", obj("dict", "R", "key", []byte("k"), "kp", []byte("k"),
+				"value", []byte(fmt.Sprint(i))))
+			if err == nil {
+				_, err = r.nc.Write(f) // one record each
+			}
+			if err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	for range 20 { // the other client meanwhile
+		call(t, other, "set", obj("dict", "R", "key", []byte("o"), "kp", []byte("k"), "value", []byte("o")))
+	}
+	for i := range n {
+		if rep := r.recv(); rep.ID != uint64(i+1) || rep.Err != nil {
+			t.Fatalf("reply %d: %+v, want id %d", i, rep, i+1)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := call(t, other, "get", obj("dict", "R", "key", []byte("k"))).([]byte); string(got) != fmt.Sprint(n-1) {
+		t.Fatalf("the last set: %q", got)
+	}
+}

@@ -20,8 +20,9 @@ import (
 //     keeps what it has of a record and answers the same error: that is
 //     how it survives a read deadline. Records crypto/tls holds are not
 //     seen by epoll, so the loop reads on until the tls.Conn would block,
-//     and a connection stopped before that (tlsTurn bytes read in one
-//     turn, or outLimit bytes of replies waiting) is read again later
+//     and a connection stopped before that (tlsTurn bytes or tlsTurnReads
+//     reads in one turn, or outLimit bytes of replies waiting) is read
+//     again later
 //     (evLoop.again), as is one just adopted.
 //   - Writing. A reply is sealed under conn.wmu by tls.Conn.Write, whose
 //     records the sniffConn keeps (sniffConn.pending) instead of writing;
@@ -36,9 +37,14 @@ import (
 //     are sealed under crypto/tls's output lock): the next reply takes it
 //     along, or the loop queues it after the Read.
 
-// tlsTurn is how many plaintext bytes the loop reads from one TLS
-// connection before it turns to the others.
-const tlsTurn = 128 << 10
+// tlsTurn is how many plaintext bytes, and tlsTurnReads how many reads
+// (each at most one record's plaintext), the loop takes from one TLS
+// connection before it turns to the others: a peer of many tiny records
+// gets no longer turns than one of a few large ones.
+const (
+	tlsTurn      = 128 << 10
+	tlsTurnReads = 64
+)
 
 // errWouldBlock is what a looped sniffConn's Read answers when the socket
 // has nothing: a temporary error, which crypto/tls survives.
