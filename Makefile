@@ -150,7 +150,7 @@ bench-cluster-smoke: build venv
 	SYNCMGR_BIN=$(CURDIR)/$(BIN) $(PY) bench/cluster.py --smoke
 
 # The socket path (fast path off) against SyncManager and Redis: one client's
-# round trip on Unix and TCP loopback, 16 and 64 clients' calls/s and the
+# round trip on Unix, TCP and TCP+TLS loopback, 16 and 64 clients' calls/s and the
 # server's CPU per call, batches, and making a fast-path object. Redis columns
 # need redis-server (apt-get install redis-server) and redis-py (the bench extra).
 bench-socket: build venv $(VENV)/.bench-installed
