@@ -135,14 +135,7 @@ func startLoopServer(t *testing.T, minConns int) (*Server, func() net.Conn) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go srv.Serve(ln)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Error(err)
-		}
-	})
+	serveUntilCleanup(t, srv, ln)
 	return srv, func() net.Conn {
 		nc, err := net.DialTimeout("unix", path, 5*time.Second)
 		if err != nil {
@@ -154,6 +147,19 @@ func startLoopServer(t *testing.T, minConns int) (*Server, func() net.Conn) {
 		}
 		return nc
 	}
+}
+
+// serveUntilCleanup serves ln until the test ends, then shuts srv down.
+func serveUntilCleanup(t *testing.T, srv *Server, ln net.Listener) {
+	t.Helper()
+	go srv.Serve(ln)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+	})
 }
 
 // request is a request's frame.
@@ -268,14 +274,7 @@ func TestLoopWaitsForALargeBodyInPieces(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			go srv.Serve(ln)
-			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				if err := srv.Shutdown(ctx); err != nil {
-					t.Error(err)
-				}
-			})
+			serveUntilCleanup(t, srv, ln)
 			var nc net.Conn
 			if overTLS {
 				nc, err = tls.Dial("tcp", ln.Addr().String(), &tls.Config{InsecureSkipVerify: true})
