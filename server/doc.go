@@ -30,11 +30,11 @@
 // and the loop finds several requests when it runs (evloop_sched.go).
 // Sockets are read and written by raw system calls on their non-blocking
 // descriptor, a goroutine's waiting through the runtime's poller only when
-// it is not ready (rawio.go; listen.go's sniffConn for TLS during the
-// handshake). While the rest of a large body is still to come on a TCP
-// socket, its SO_RCVLOWAT defers the reader's wake-up until 256 KiB have
-// arrived (rawIO.expect, loopConn.setLowat). Either way, a request
-// that has to wait is parked in a goroutine of its own with a context
+// it is not ready (rawio.go; below crypto/tls, listen.go's sniffConn,
+// which in a loop answers would-block instead of waiting). While the rest
+// of a large body is still to come on a TCP socket, its SO_RCVLOWAT defers
+// the reader's wake-up until 256 KiB have arrived (rawIO.expect,
+// loopConn.setLowat). Either way, a request that has to wait is parked in a goroutine of its own with a context
 // derived from the connection's. Whether it replies at once or later, a
 // granting op's reply goes through conn.deliver, which commits the grant
 // once the reply is in the socket and undoes it when the connection is gone
