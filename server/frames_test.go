@@ -12,8 +12,14 @@ import (
 // TestOversizedFrameSkipped: after authentication, a frame over --max-frame
 // is answered too_large under its request id and its body is skipped; the
 // connection and everything its session holds live on (issue 11, bug 1).
+// The same over TLS, where the body comes through crypto/tls.
 func TestOversizedFrameSkipped(t *testing.T) {
-	ts := startServer(t, func(o *serverOpts) { o.cfg.MaxFrame = 64 << 10 })
+	limit := func(o *serverOpts) { o.cfg.MaxFrame = 64 << 10 }
+	t.Run("unix", func(t *testing.T) { testOversizedFrameSkipped(t, startServer(t, limit)) })
+	t.Run("tls", func(t *testing.T) { testOversizedFrameSkipped(t, startServer(t, limit, overTLS)) })
+}
+
+func testOversizedFrameSkipped(t *testing.T, ts *testServer) {
 	other := ts.dial(t)
 	r := ts.raw(t, nil)
 	r.send(1, "create", obj("lock", "L"))
