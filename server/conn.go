@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -119,9 +120,17 @@ func result(err error) string {
 func (c *conn) close() {
 	c.closeOnce.Do(func() {
 		c.cancel()
-		if lp := c.lp.Load(); lp != nil {
+		switch lp := c.lp.Load(); {
+		case lp != nil:
 			lp.shut()
-		} else {
+		case c.tls:
+			// The socket, not the tls.Conn: its Close sends close_notify
+			// first, waiting up to 5 s for a client that does not read
+			// (the very client a write timeout closes) while the session
+			// holds on. A connection in a loop is shut down without one
+			// too; clients see the end of the stream either way.
+			c.nc.(*tls.Conn).NetConn().Close()
+		default:
 			c.nc.Close() // a move into a loop after this sees the cancelled context
 		}
 	})
