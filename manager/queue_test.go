@@ -246,7 +246,19 @@ func testJoinableQueue(t *testing.T, m *Manager, ring bool) {
 		t.Fatalf("join with zero timeout: %v %v", ok, err)
 	}
 	ch := async(func() (bool, error) { return q.Join(ctx, Forever) })
-	waitWaiters(t, q, 0) // joiners are not counted as queue waiters
+	// The join is in place. (Not through Describe's count: a ring's counts
+	// its joiners, between their waits, and a list's does not.)
+	for deadline := time.Now().Add(bound); ; time.Sleep(100 * time.Microsecond) {
+		q.mu.Lock()
+		n := q.joiners.len()
+		q.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d joiners, want 1", n)
+		}
+	}
 	expectItems(t, q, 0, 2)
 	q.TaskDone()
 	pending(t, ch, 10*time.Millisecond)
