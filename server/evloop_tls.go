@@ -22,10 +22,9 @@ import (
 //     seen by epoll, so the loop reads on until the tls.Conn would block,
 //     and a connection stopped before that (tlsTurn bytes or tlsTurnReads
 //     reads in one turn, or outLimit bytes of replies waiting) is read
-//     again later
-//     (evLoop.again), as is one just adopted.
+//     again later (evLoop.again), as is one just adopted (evLoop.kick).
 //   - Writing. A reply is sealed under conn.wmu by tls.Conn.Write, whose
-//     records the sniffConn keeps (sniffConn.pending) instead of writing;
+//     records the sniffConn keeps (loopState.keep) instead of writing;
 //     they then take the plain path: written at once as far as the socket
 //     takes them, the rest in the connection's output queue with the
 //     reply's grant.
