@@ -25,15 +25,16 @@ import (
 )
 
 // An event loop serves the connections given to it (Unix, TCP, and TLS
-// over TCP: evloop_tls.go), at their handshake or between two requests once the server is
-// busy (conn.loopsWanted): one goroutine waits in its own epoll set and
-// reads, executes and answers the requests of every connection that is
-// ready, with no hand-off between threads on the way. With a goroutine per
-// connection each request cost a wake-up of the runtime's poller thread and
-// a switch to the connection's goroutine; here one epoll_wait serves every
-// connection that became ready meanwhile, and while requests keep coming
-// the loop looks for the next ones without sleeping (a poll with no
-// timeout, a system call the runtime does not track).
+// over TCP: evloop_tls.go), at their handshake or between two requests
+// once the server is busy (conn.loopsWanted): one goroutine waits in its
+// own epoll set and reads, executes and answers the requests of every
+// connection that is ready, with no hand-off between threads on the way.
+// With a goroutine per connection each request cost a wake-up of the
+// runtime's poller thread and a switch to the connection's goroutine; here
+// one epoll_wait serves every connection that became ready meanwhile, and
+// while requests keep coming the loop looks for the next ones without
+// sleeping (a poll with no timeout, a system call the runtime does not
+// track).
 //
 // What a connection is promised does not change:
 //   - its requests are read and executed one at a time, in order, by one
@@ -97,17 +98,16 @@ const directRead = 32 << 10
 type loopConn struct {
 	loop *evLoop
 	fd   int
-	// TLS (evloop_tls.go): frames are read and written through tc, over
-	// sc in loop mode; nil for a plain socket.
+	// TLS (evloop_tls.go): frames are read and written through tc, whose
+	// sniffConn is in loop mode with state st; nil for a plain socket.
 	tc *tls.Conn
-	sc *sniffConn
+	st *loopState
 	// held: a TLS connection's reading stopped before crypto/tls would
 	// block (the loop's goroutine only): it may hold records epoll does
 	// not see.
 	held bool
-	// tcp: a TCP socket, whose readiness waits for SO_RCVLOWAT bytes,
-	// last set to lowat (0: never, the kernel's 1); see setLowat.
-	tcp   bool
+	// lowat: a TCP socket's SO_RCVLOWAT as last set (0: never, the
+	// kernel's 1); see setLowat.
 	lowat int
 	// ended is closed when the loop has let go of the connection.
 	ended chan struct{}
@@ -171,9 +171,7 @@ func (s *Server) stopLoops() {
 	s.loopsOnce.Do(func() {}) // none start after this
 	for _, l := range s.loops {
 		l.stop.Store(true)
-		var one [8]byte
-		binary.NativeEndian.PutUint64(one[:], 1)
-		_, _ = unix.Write(l.wakefd, one[:])
+		l.wake()
 		<-l.done
 	}
 }
@@ -245,11 +243,10 @@ func (c *conn) adopt() bool {
 	// The copy shares the original's non-blocking open file; closing the
 	// original takes it out of the runtime's poller. (A TLS connection's
 	// socket, not its tls.Conn, which would send close_notify.)
-	lp := &loopConn{loop: l, fd: fd, ended: make(chan struct{}), tcp: c.transport == metrics.TransportTCP}
+	lp := &loopConn{loop: l, fd: fd, ended: make(chan struct{})}
 	if tsc != nil {
 		tsc.Conn.Close()
-		tsc.enterLoop(fd)
-		lp.tc, lp.sc = tc, tsc
+		lp.tc, lp.st = tc, tsc.enterLoop(fd)
 	} else {
 		c.nc.Close()
 	}
@@ -487,8 +484,8 @@ func (ch *outChunk) release(ok bool) {
 func (l *evLoop) readable(c *conn) {
 	lp := c.lp.Load()
 	lp.held = false
-	if lp.sc != nil {
-		lp.sc.loop.newTurn()
+	if lp.st != nil {
+		lp.st.newTurn()
 	}
 	for turn, reads := 0, 0; ; reads++ {
 		if c.ctx.Err() != nil {
@@ -522,9 +519,10 @@ func (l *evLoop) readable(c *conn) {
 		if lp.tc == nil {
 			break // once per readiness
 		}
-		if turn += n; turn >= tlsTurn || reads+1 >= tlsTurnReads || lp.backlogged(c) {
+		turn += n
+		if backlog := lp.backlogged(c); backlog || turn >= tlsTurn || reads+1 >= tlsTurnReads {
 			lp.held = true
-			if !lp.backlogged(c) {
+			if !backlog {
 				l.again = append(l.again, c)
 			} // else: read again once flush has drained the output (run)
 			break
@@ -533,7 +531,7 @@ func (l *evLoop) readable(c *conn) {
 	if lp.tc != nil {
 		lp.sendKept(c)
 	}
-	if lp.tcp {
+	if c.transport == metrics.TransportTCP { // (a Unix socket's readiness ignores SO_RCVLOWAT)
 		lp.setLowat()
 	}
 }
@@ -571,16 +569,7 @@ func (lp *loopConn) read(buf []byte) (int, error) {
 	if lp.tc != nil {
 		return lp.tc.Read(buf)
 	}
-	r1, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(lp.fd), uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)))
-	switch {
-	case e == unix.EAGAIN || e == unix.EINTR:
-		return 0, errWouldBlock
-	case e != 0:
-		return 0, os.NewSyscallError("read", e)
-	case r1 == 0:
-		return 0, io.EOF
-	}
-	return int(r1), nil
+	return readNB(uintptr(lp.fd), buf)
 }
 
 // took takes p, bytes just read from c (straight into the frame's body when
@@ -603,6 +592,12 @@ func (l *evLoop) kick(c *conn) {
 	l.mu.Lock()
 	l.kicked = append(l.kicked, c)
 	l.mu.Unlock()
+	l.wake()
+}
+
+// wake ends the loop's wait (its eventfd): to stop, or to read what was
+// kicked.
+func (l *evLoop) wake() {
 	var one [8]byte
 	binary.NativeEndian.PutUint64(one[:], 1)
 	_, _ = unix.Write(l.wakefd, one[:])

@@ -2,13 +2,8 @@ package server
 
 import (
 	"crypto/tls"
-	"io"
 	"net"
-	"os"
 	"sync"
-	"unsafe"
-
-	"golang.org/x/sys/unix"
 )
 
 // TLS connections in an event loop. A loop serves a TLS connection as it
@@ -45,16 +40,6 @@ const (
 	tlsTurnReads = 64
 )
 
-// errWouldBlock is what a looped sniffConn's Read answers when the socket
-// has nothing: a temporary error, which crypto/tls survives.
-var errWouldBlock net.Error = wouldBlock{}
-
-type wouldBlock struct{}
-
-func (wouldBlock) Error() string   { return "read would block" }
-func (wouldBlock) Timeout() bool   { return true }
-func (wouldBlock) Temporary() bool { return true }
-
 // loopState is a sniffConn's state once its connection is in an event
 // loop: the socket's descriptor (the loop's duplicate) and the records
 // crypto/tls wrote that are still to be queued for the socket.
@@ -67,10 +52,12 @@ type loopState struct {
 	out     []byte
 }
 
-// enterLoop puts c in loop mode: from now on it reads fd and keeps what
-// it is asked to write. c's own socket must be closed by the caller.
-func (c *sniffConn) enterLoop(fd int) {
+// enterLoop puts c in loop mode and returns its loop state: from now on
+// it reads fd and keeps what it is asked to write. c's own socket must be
+// closed by the caller.
+func (c *sniffConn) enterLoop(fd int) *loopState {
 	c.loop = &loopState{fd: fd}
+	return c.loop
 }
 
 // read reads the socket once, without waiting. Once a read in this turn
@@ -80,27 +67,14 @@ func (c *sniffConn) enterLoop(fd int) {
 // wait (level-triggered). A turn begins with a read of the socket
 // (newTurn).
 func (s *loopState) read(b []byte) (int, error) {
-	if len(b) == 0 {
-		return 0, nil
-	}
-	if s.drained {
+	if s.drained && len(b) > 0 {
 		return 0, errWouldBlock
 	}
-	for {
-		r1, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(s.fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
-		switch {
-		case e == unix.EINTR:
-			continue
-		case e == unix.EAGAIN:
-			return 0, errWouldBlock
-		case e != 0:
-			return 0, os.NewSyscallError("read", e)
-		case r1 == 0:
-			return 0, io.EOF
-		}
-		s.drained = int(r1) < len(b)
-		return int(r1), nil
+	n, err := readNB(uintptr(s.fd), b)
+	if err == nil {
+		s.drained = n < len(b)
 	}
+	return n, err
 }
 
 // newTurn has the next read ask the socket.
@@ -164,7 +138,7 @@ func (lp *loopConn) sendTLSLocked(c *conn, bufs [][]byte, done func(bool)) (queu
 	if lp.closed {
 		return false, net.ErrClosed
 	}
-	st := lp.sc.loop
+	st := lp.st
 	size := 0
 	for _, b := range bufs {
 		size += len(b)
@@ -186,7 +160,7 @@ func (lp *loopConn) sendTLSLocked(c *conn, bufs [][]byte, done func(bool)) (queu
 // sendKept queues the records crypto/tls wrote by itself (a KeyUpdate's
 // answer, from Read) that no reply has taken along.
 func (lp *loopConn) sendKept(c *conn) {
-	if !lp.sc.loop.kept() {
+	if !lp.st.kept() {
 		return
 	}
 	c.wmu.Lock()
@@ -194,7 +168,7 @@ func (lp *loopConn) sendKept(c *conn) {
 		c.wmu.Unlock()
 		return
 	}
-	_, err := lp.sendLocked(c, [][]byte{lp.sc.loop.take()}, -1, nil)
+	_, err := lp.sendLocked(c, [][]byte{lp.st.take()}, -1, nil)
 	c.wmu.Unlock()
 	if err != nil {
 		c.close()

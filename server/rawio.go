@@ -55,34 +55,58 @@ func (r *rawIO) Read(p []byte) (int, error) {
 		return 0, nil
 	}
 	var n int
-	var errno syscall.Errno
+	var rerr error
 	err := r.rc.Read(func(fd uintptr) bool {
-		for {
-			r1, _, e := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-			switch e {
-			case unix.EINTR:
-				continue
-			case unix.EAGAIN:
-				r.setLowat(fd)
-				return false // not ready: wait on the poller, then call again
-			}
-			n, errno = int(r1), e
-			if e == 0 {
-				r.need = max(r.need-int(r1), 0)
-			}
-			return true
+		n, rerr = readNB(fd, p)
+		switch {
+		case rerr == errWouldBlock:
+			r.setLowat(fd)
+			return false // not ready: wait on the poller, then call again
+		case rerr == nil:
+			r.need = max(r.need-n, 0)
 		}
+		return true
 	})
-	switch {
-	case err != nil:
+	if err != nil {
 		return 0, err
-	case errno != 0:
-		return 0, os.NewSyscallError("read", errno)
-	case n == 0:
-		return 0, io.EOF
 	}
-	return n, nil
+	return n, rerr
 }
+
+// readNB reads the non-blocking descriptor fd once into p: the bytes read,
+// or errWouldBlock when it has none now, io.EOF at the end of the stream,
+// or the system call's error.
+func readNB(fd uintptr, p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	for {
+		r1, _, e := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+		switch {
+		case e == unix.EINTR:
+			continue
+		case e == unix.EAGAIN:
+			return 0, errWouldBlock
+		case e != 0:
+			return 0, os.NewSyscallError("read", e)
+		case r1 == 0:
+			return 0, io.EOF
+		}
+		return int(r1), nil
+	}
+}
+
+// errWouldBlock is readNB's answer when the socket has nothing now. It is
+// a temporary net.Error, so that crypto/tls, reading through a sniffConn in
+// an event loop, keeps what it has of a record and survives it, as it
+// survives a read deadline (evloop_tls.go).
+var errWouldBlock net.Error = wouldBlock{}
+
+type wouldBlock struct{}
+
+func (wouldBlock) Error() string   { return "read would block" }
+func (wouldBlock) Timeout() bool   { return true }
+func (wouldBlock) Temporary() bool { return true }
 
 // Wake-ups for a large frame's body. A peer whose large frame arrives in
 // many pieces (a TLS sender writes each 16 KiB record by itself) would wake
