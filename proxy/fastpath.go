@@ -233,26 +233,29 @@ func (r *rightsReader) Read(p []byte) (int, error) {
 func wordKind(kind string) bool { return wordKinds[kind] }
 
 // fastRef looks up h's words; nil means the socket path. hint is the
-// create reply's "fp" (the fastpath_ref answer it carries); without it,
-// fastpath_ref is asked.
+// create reply's "fp" ([offset, tag, run]: the fastpath_ref answer, in an
+// array); without it, fastpath_ref is asked.
 func (c *Client) fastRef(ctx context.Context, h Handle, hint any) *fastWord {
 	fp := c.fast
 	if fp == nil || !wordKind(h.kind) {
 		return nil
 	}
-	m, _ := hint.(map[string]any)
-	if m == nil {
+	var offV, tagV, runV any
+	if a, _ := hint.([]any); len(a) == 3 {
+		offV, tagV, runV = a[0], a[1], a[2]
+	} else {
 		res, err := c.Call(ctx, wire.OpFastpathRef, h.args(), nil)
 		if err != nil {
 			return nil
 		}
-		m, _ = res.(map[string]any)
+		m, _ := res.(map[string]any)
+		offV, tagV, runV = m["off"], m["tag"], m["run"]
 	}
-	if run, _ := m["run"].(string); run != fp.run {
+	if run, _ := runV.(string); run != fp.run {
 		return nil // another run's offsets: not into this segment
 	}
-	off, ok1 := toInt(m["off"])
-	tag, ok2 := toInt(m["tag"])
+	off, ok1 := toInt(offV)
+	tag, ok2 := toInt(tagV)
 	if !ok1 || !ok2 || off <= 0 || !fp.seg.Valid(uint32(off)) {
 		return nil
 	}

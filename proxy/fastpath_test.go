@@ -325,3 +325,37 @@ func TestFastPathLongWaitsStayOnTheFutex(t *testing.T) {
 		t.Fatal("the lock should be b's")
 	}
 }
+
+// A fast-path client's create carries the object's word: the object is
+// used on the fast path with no fastpath_ref round trip.
+func TestFastPathCreateCarriesTheWord(t *testing.T) {
+	rs := serveRing(t)
+	ctx := context.Background()
+	c := dialC(t, rs.path, proxy.WithFastPath())
+	if ok, why := c.FastPath(); !ok {
+		t.Fatalf("fast path off: %s", why)
+	}
+	mu, err := c.Lock(ctx, "cw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		if err := mu.Acquire(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := mu.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The daemon counts a request after its reply: a ping on the same
+	// connection is answered after every earlier request was counted.
+	if err := c.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := rs.opsOf(t, "fastpath_ref", "server"); n != 0 {
+		t.Fatalf("%d fastpath_ref requests for a created lock", n)
+	}
+	if n := rs.opsOf(t, "acquire", "lock") + rs.opsOf(t, "release", "lock"); n != 0 {
+		t.Fatalf("%d acquire/release requests: the lock is not on the fast path", n)
+	}
+}

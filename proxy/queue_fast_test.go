@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -50,6 +51,13 @@ func serveRingWith(t *testing.T, mcfg manager.Config) *ringServer {
 // ops counts the requests the daemon answered for op on queues.
 func (rs *ringServer) ops(t *testing.T, op string) int {
 	t.Helper()
+	return rs.opsOf(t, op, wire.KindQueue, wire.KindJoinableQueue)
+}
+
+// opsOf counts the requests the daemon answered for op, of any of kinds
+// (the kind label the daemon counts the op under).
+func (rs *ringServer) opsOf(t *testing.T, op string, kinds ...string) int {
+	t.Helper()
 	mfs, err := rs.m.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +72,7 @@ func (rs *ringServer) ops(t *testing.T, op string) int {
 			for _, l := range mt.GetLabel() {
 				labels[l.GetName()] = l.GetValue()
 			}
-			if (labels["kind"] == wire.KindQueue || labels["kind"] == wire.KindJoinableQueue) && labels["op"] == op {
+			if slices.Contains(kinds, labels["kind"]) && labels["op"] == op {
 				n += int(mt.GetCounter().GetValue())
 			}
 		}

@@ -82,8 +82,8 @@ func TestFastpathAttachRefAndSessionEnd(t *testing.T) {
 	if rep.Err != nil {
 		t.Fatalf("create with fastpath: %v", rep.Err)
 	}
-	fp, _ := rep.Result.(map[string]any)["fp"].(map[string]any)
-	if fp == nil || uint32(asInt(t, fp["off"])) != off || uint32(asInt(t, fp["tag"])) != tag || fp["run"] != ref["run"] {
+	fp, _ := rep.Result.(map[string]any)["fp"].([]any)
+	if len(fp) != 3 || uint32(asInt(t, fp[0])) != off || uint32(asInt(t, fp[1])) != tag || fp[2] != ref["run"] {
 		t.Fatalf("create reply's word %v, fastpath_ref's %v", fp, ref)
 	}
 	if r := statemem.LockAcquire(client.State(off), client.Aux(off), slot, 5, 0); r != statemem.OK {

@@ -52,9 +52,9 @@ func fastpathOps(t *opTable) {
 	})
 }
 
-// fastRefReply is an object's word as fastpath_ref (and a fast-path
-// client's create) answers it: its offset and tag in the segment, and the
-// daemon run they belong to.
+// fastRefReply is an object's word as fastpath_ref answers it: its offset
+// and tag in the segment, and the daemon run they belong to. (A fast-path
+// client's create carries the same three in an array: createReply.)
 func fastRefReply(c *conn, ref statemem.Ref) *fastWord {
 	return &fastWord{Off: int64(ref.Off), Tag: int64(ref.Tag), Run: c.srv.runID}
 }

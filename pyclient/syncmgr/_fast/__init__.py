@@ -181,14 +181,8 @@ def attach_unpickled(proxy: BaseProxy, word: Any) -> None:
     """attach for a proxy just unpickled, with the word its pickling
     process knew (word_of) noted as a create's is. A malformed one is
     ignored (the object's word is then asked for at the first op)."""
-    hint = None
-    if word is not None and enabled_by_env():  # (attach checks the environment only without a hint)
-        try:
-            off, tag, run = word
-            hint = {"off": off, "tag": tag, "run": run}
-        except (TypeError, ValueError):
-            pass
-    attach(proxy, hint)
+    hint = word if isinstance(word, tuple) and len(word) == 3 and enabled_by_env() else None
+    attach(proxy, hint)  # (attach checks the environment only without a hint; note checks the word)
 
 
 def _serves(proxy: BaseProxy) -> bool:

@@ -170,9 +170,14 @@ class FastPath:
             self._keep((kind, name), *word)
 
     def _word(self, r: Any) -> Optional[tuple[int, int]]:
-        """The offset and tag of a fastpath_ref answer (or a create reply's
-        copy of one), or None when another daemon run gave it: its offsets
-        are not for this segment."""
+        """The offset and tag of an object's word as the daemon gave it
+        (fastpath_ref's {"off", "tag", "run"}, or a create reply's and a
+        pickle's [off, tag, run]), or None when another daemon run gave it:
+        its offsets are not for this segment."""
+        if isinstance(r, (list, tuple)):
+            if len(r) != 3 or r[2] != self.run_id:
+                return None
+            return int(r[0]), int(r[1])
         if not isinstance(r, dict) or r.get("run") != self.run_id:
             return None
         return int(r["off"]), int(r["tag"])
