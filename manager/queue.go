@@ -50,10 +50,10 @@ type queueStore interface {
 	// tryGet removes the first item; false: none now.
 	tryGet() (item []byte, ok bool, err error)
 	// tryGetMany removes up to max items now, in order, while their sizes
-	// (each with batchItemFraming) fit budget: a get_many's items after its
-	// first. It does not wait; what it returns is the caller's, also with
-	// an error.
-	tryGetMany(max int, budget int64) ([][]byte, error)
+	// (each with batchItemFraming) fit budget, and appends them to dst: a
+	// get_many's items after its first. It does not wait; what it returns
+	// is the caller's, also with an error.
+	tryGetMany(dst [][]byte, max int, budget int64) ([][]byte, error)
 	// unget puts item back at the front (or hands it to a waiting
 	// getter), whatever maxsize and the limits say.
 	unget(item []byte)

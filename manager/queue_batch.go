@@ -57,11 +57,14 @@ func (q *Queue) GetManyGrant(ctx context.Context, max int, maxBytes int64, block
 	if max > 1 {
 		// The rest in one go under q.mu: a ring moves items the daemon holds
 		// into shared memory once, after the batch, not between its items
-		// (each of which would then be copied back out).
+		// (each of which would then be copied back out). Room for a
+		// producer's batch of 64 is made at once, not by growing the slice.
+		items = make([][]byte, 1, min(max, 64))
+		items[0] = first
 		q.mu.Lock()
 		if q.dead == nil {
-			more, _ := q.store.tryGetMany(max-1, maxBytes-int64(len(first))-batchItemFraming)
-			items = append(items, more...) // (an error leaves the items taken the caller's)
+			// (an error leaves the items taken the caller's)
+			items, _ = q.store.tryGetMany(items, max-1, maxBytes-int64(len(first))-batchItemFraming)
 		}
 		q.mu.Unlock()
 	}

@@ -94,9 +94,9 @@ func (s *listStore) tryGet() ([]byte, bool, error) {
 	return item, true, nil
 }
 
-func (s *listStore) tryGetMany(max int, budget int64) ([][]byte, error) {
-	var items [][]byte
-	for len(items) < max && s.items.Len() > 0 {
+func (s *listStore) tryGetMany(items [][]byte, max int, budget int64) ([][]byte, error) {
+	had := len(items)
+	for end := len(items) + max; len(items) < end && s.items.Len() > 0; {
 		n := int64(len(s.items.Front().Value.([]byte))) + batchItemFraming
 		if n > budget {
 			break // over the reply's budget: it stays the head
@@ -104,7 +104,7 @@ func (s *listStore) tryGetMany(max int, budget int64) ([][]byte, error) {
 		budget -= n
 		items = append(items, s.popFront())
 	}
-	if len(items) > 0 {
+	if len(items) > had {
 		s.admit()
 	}
 	return items, nil

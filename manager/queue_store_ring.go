@@ -293,13 +293,13 @@ func (qr *ringStore) tryGet() (item []byte, ok bool, err error) {
 // latch, and moves what over holds into the ring once, after them (so
 // that no item of over is copied into the ring and back out by the same
 // batch). Called under q.mu.
-func (qr *ringStore) tryGetMany(max int, budget int64) (items [][]byte, err error) {
+func (qr *ringStore) tryGetMany(items [][]byte, max int, budget int64) (_ [][]byte, err error) {
 	if !qr.r.Lock(qr.gone) {
-		return nil, ErrDeleted
+		return items, ErrDeleted
 	}
 	changed := false
 	defer func() { qr.unlockQuiet(changed) }()
-	for len(items) < max {
+	for end := len(items) + max; len(items) < end; {
 		if size, ok := qr.nextSize(); !ok || int64(size)+batchItemFraming > budget {
 			break // an item over the reply's budget stays where it is (not in front, where it would send every client to the daemon)
 		}
