@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"time"
@@ -113,6 +114,19 @@ func (q *Queue) taskDoneLocked(s *Session) error {
 		return fmt.Errorf("%w: task_done on a queue that is not joinable", ErrType)
 	}
 	return q.store.taskDone(s)
+}
+
+// ownItem is item as a store keeps it: a small item (under SocketKeepMin)
+// copied, a large one as it is. A put_many's items are views of their
+// request's frame, and a small one kept as a view would keep the whole
+// batch's frame alive (a large one is most of its frame anyway). The
+// stores copy only what they keep: an item that goes into a ring is copied
+// there, and one handed to a waiting getter is gone with its reply.
+func ownItem(item []byte) []byte {
+	if len(item) < SocketKeepMin {
+		return bytes.Clone(item)
+	}
+	return item
 }
 
 // wakeJoiners lets every joiner go (nothing is unfinished); under q.mu.

@@ -458,3 +458,53 @@ func TestQueueRingWatcherOnlyForPassedRings(t *testing.T) {
 	}
 	within(ch, "after", bound)
 }
+
+// A put_many's items are views of their request's frame (the server
+// passes them uncopied): a small item the daemon keeps (a list store's,
+// or one that found the ring full) is its own copy, so the frame's bytes
+// changing afterwards, or the frame being let go, changes no item.
+func TestPutManyKeepsItsOwnCopies(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		m    *Manager
+		fill int // items put first: the ring's room used up
+	}{
+		{"list", newManager(t, DefaultConfig()), 0},
+		{"ring full", smallRingManager(t), smallRing / 1000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := create[*Queue](t, tc.m, newSession(t, tc.m), KindQueue, "own", Params{})
+			ctx := testCtx(t)
+			for i := 0; i < tc.fill; i++ {
+				if err := q.Put(ctx, bytes.Repeat([]byte{'f'}, 1000), false, 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			frame := bytes.Repeat([]byte("abcdefgh"), 64)
+			batch := make([][]byte, 64)
+			for i := range batch {
+				batch[i] = frame[i*8 : (i+1)*8]
+			}
+			if _, err := q.PutManyGrant(ctx, batch, false, 0); err != nil {
+				t.Fatal(err)
+			}
+			for i := range frame {
+				frame[i] = 'X'
+			}
+			for i := 0; i < tc.fill; i++ {
+				if _, err := q.Get(ctx, false, 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i := 0; i < 64; i++ {
+				got, err := q.Get(ctx, false, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if string(got) != "abcdefgh" {
+					t.Fatalf("item %d is %q: a view of the batch's frame", i, got)
+				}
+			}
+		})
+	}
+}

@@ -78,7 +78,7 @@ func (s *listStore) tryPutMany(items [][]byte) (bool, error) {
 		if s.items.Len() == 0 && q.handToGetter(it) { // the head of the FIFO
 			q.uncharge(ItemCost(it))
 		} else {
-			s.pushBack(it)
+			s.pushBack(ownItem(it))
 		}
 		s.accepted()
 	}
@@ -115,6 +115,7 @@ func (s *listStore) unget(item []byte) {
 	if q.handToGetter(item) {
 		return
 	}
+	item = ownItem(item) // (one handed from a batch to a get that was undone)
 	s.items.PushFront(item)
 	s.bytes += int64(len(item))
 	q.held += ItemCost(item)
@@ -141,7 +142,7 @@ func (s *listStore) admit() {
 				return
 			}
 			for _, it := range w.items {
-				s.pushBack(it)
+				s.pushBack(ownItem(it))
 				s.accepted()
 			}
 			w.items = nil

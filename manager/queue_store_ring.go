@@ -240,11 +240,11 @@ func (qr *ringStore) place(item []byte, charged bool) (inRing bool, err error) {
 		// One that merely finds no room waits in over instead (an external
 		// record sends a client's get to the daemon).
 		if fits, _ := qr.r.Fits(8); fits {
-			qr.putExternal(item)
+			qr.putExternal(ownItem(item))
 			return true, nil
 		}
 	}
-	qr.over = append(qr.over, item)
+	qr.over = append(qr.over, ownItem(item))
 	if q.joinable {
 		qr.r.AddDone(-1) // a put the ring's count does not see yet
 	}
@@ -492,6 +492,7 @@ func (qr *ringStore) unget(item []byte) {
 // flags, whose daemon flag then sends every op to the daemon. Latch held,
 // under q.mu.
 func (qr *ringStore) pushFront(item []byte) {
+	item = ownItem(item) // (an item a batch handed to a get that was then undone is a view of the batch's frame)
 	qr.front = append([][]byte{item}, qr.front...)
 	qr.q.held += ItemCost(item)
 	qr.q.lim.force(ItemCost(item))

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 
 	"github.com/syncmgr/syncmgr/manager"
@@ -111,14 +110,9 @@ func opPutMany(c *conn, id uint64, a wire.Args) (any, manager.Grant, error) {
 	if err != nil {
 		return nil, manager.Grant{}, wire.Errorf(wire.CodeBadRequest, "items must be a msgpack array of bins: %v", err)
 	}
-	// Small items are copied out of the frame, so that an item kept long
-	// does not keep its whole batch's frame alive; large ones stay views
-	// of it, as a single put's item does.
-	for i, it := range items {
-		if len(it) < manager.SocketKeepMin {
-			items[i] = bytes.Clone(it)
-		}
-	}
+	// The items are views of the request's frame. The queue copies a small
+	// one out of it only if it keeps that item's slice (manager.ownItem):
+	// most go into a ring, a copy already, or straight to a getter.
 	block, timeout, err := blocking(a)
 	if err != nil {
 		return nil, manager.Grant{}, err
