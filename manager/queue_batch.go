@@ -53,14 +53,14 @@ func (q *Queue) GetManyGrant(ctx context.Context, max int, maxBytes int64, block
 	if err != nil {
 		return Grant{}, err
 	}
-	items := [][]byte{first}
+	// Room for a producer's batch of 64 is made at once, not by growing
+	// the slice.
+	items := make([][]byte, 1, min(max, 64))
+	items[0] = first
 	if max > 1 {
 		// The rest in one go under q.mu: a ring moves items the daemon holds
 		// into shared memory once, after the batch, not between its items
-		// (each of which would then be copied back out). Room for a
-		// producer's batch of 64 is made at once, not by growing the slice.
-		items = make([][]byte, 1, min(max, 64))
-		items[0] = first
+		// (each of which would then be copied back out).
 		q.mu.Lock()
 		if q.dead == nil {
 			// (an error leaves the items taken the caller's)
