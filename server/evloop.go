@@ -339,7 +339,7 @@ func (l *evLoop) run() {
 				if !l.flush(c) {
 					continue
 				}
-				if lp := c.lp.Load(); lp.held && !lp.backlogged(c) {
+				if c.lp.Load().held { // read again below, unless its output is backlogged still
 					again = append(again, c)
 				}
 			}
