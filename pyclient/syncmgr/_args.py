@@ -1,5 +1,5 @@
 """Argument checks shared by the socket path (_proxies.py) and the fast
-path (_fast.py): timeouts in threading's and queue's styles, and
+path (_fast/): timeouts in threading's and queue's styles, and
 get_many's count. Both paths raise the same errors for the same bad
 arguments, before anything is sent or stored."""
 

@@ -7,8 +7,8 @@ Every error the client raises on its own account derives from
     ├── ConnectError              cannot reach the daemon (names the address)
     ├── AuthenticationError       wrong or missing authkey, or an impostor server
     ├── ServerGoneError           the daemon died or closed the connection mid-call
-    │   └── ServerRestartedError  state this process held (a lock) was lost in a daemon restart
-    ├── ShuttingDownError         the daemon is stopping
+    │   ├── ServerRestartedError  state this process held (a lock) was lost in a daemon restart
+    │   └── ShuttingDownError     the daemon is stopping
     ├── ProtocolError             the daemon sent something this client cannot read
     │   └── FrameTooLargeError    a message over the daemon's frame limit
     ├── ObjectError
@@ -31,6 +31,8 @@ Every error the client raises on its own account derives from
     ├── Full                      (also queue.Full) put to a full queue
     ├── ManagerShutDownError      (also multiprocessing.ProcessError) use of a manager after shutdown()
     ├── RayClusterError           syncmgr.ray: no Ray, no such cluster or node, a daemon that cannot start
+    ├── SharedMemoryHostError     (syncmgr.shared_memory) a segment of a daemon on another host
+    ├── SharedMemoryFileError     (syncmgr.shared_memory; also PermissionError) a segment's file is not the daemon's own
     └── InternalError             a bug in the daemon
 
 Every wire error code maps to one class in ``EXCEPTION_CLASSES``; the
