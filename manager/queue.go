@@ -116,14 +116,17 @@ func (q *Queue) taskDoneLocked(s *Session) error {
 	return q.store.taskDone(s)
 }
 
-// ownItem is item as a store keeps it: a small item (under SocketKeepMin)
-// copied, a large one as it is. A put_many's items are views of their
-// request's frame, and a small one kept as a view would keep the whole
-// batch's frame alive (a large one is most of its frame anyway). The
-// stores copy only what they keep: an item that goes into a ring is copied
-// there, and one handed to a waiting getter is gone with its reply.
-func ownItem(item []byte) []byte {
-	if len(item) < SocketKeepMin {
+// ownItem is item as a store keeps it. A put's or put_many's items are
+// views of their request's frame, and whole is what that frame's items
+// cost together (itemsCost of the batch; ItemCost of a put's one item).
+// An item kept as a view keeps the whole frame alive while only the item
+// is charged, so one is copied unless it is large (SocketKeepMin) and at
+// least half of its frame: what a kept item holds in memory is then at
+// most twice what it is charged. The stores copy only what they keep: an
+// item that goes into a ring is copied there, and one handed to a waiting
+// getter is gone with its reply.
+func ownItem(item []byte, whole int64) []byte {
+	if len(item) < SocketKeepMin || 2*int64(len(item)) < whole {
 		return bytes.Clone(item)
 	}
 	return item

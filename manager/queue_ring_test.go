@@ -2,6 +2,7 @@ package manager
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -466,45 +467,59 @@ func TestQueueRingWatcherOnlyForPassedRings(t *testing.T) {
 func TestPutManyKeepsItsOwnCopies(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		m    *Manager
+		m    func(*testing.T) *Manager
 		fill int // items put first: the ring's room used up
 	}{
-		{"list", newManager(t, DefaultConfig()), 0},
-		{"ring full", smallRingManager(t), smallRing / 1000},
+		{"list", func(t *testing.T) *Manager { return newManager(t, DefaultConfig()) }, 0},
+		{"ring full", smallRingManager, smallRing / 1000},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			q := create[*Queue](t, tc.m, newSession(t, tc.m), KindQueue, "own", Params{})
-			ctx := testCtx(t)
-			for i := 0; i < tc.fill; i++ {
-				if err := q.Put(ctx, bytes.Repeat([]byte{'f'}, 1000), false, 0); err != nil {
+		// Small items, and large ones that are each a quarter of their
+		// frame: kept as views, either would keep the whole frame alive
+		// while charged for itself alone.
+		for _, size := range []int{8, SocketKeepMin + 1} {
+			t.Run(fmt.Sprintf("%s/%d", tc.name, size), func(t *testing.T) {
+				m := tc.m(t)
+				q := create[*Queue](t, m, newSession(t, m), KindQueue, "own", Params{})
+				ctx := testCtx(t)
+				for i := 0; i < tc.fill; i++ {
+					if err := q.Put(ctx, bytes.Repeat([]byte{'f'}, 1000), false, 0); err != nil {
+						t.Fatal(err)
+					}
+				}
+				n := 64
+				if size > 8 {
+					n = 4
+				}
+				frame := bytes.Repeat([]byte("abcdefgh"), n*size/8+1)
+				batch := make([][]byte, n)
+				for i := range batch {
+					batch[i] = frame[i*size : (i+1)*size]
+				}
+				want := make([]string, n)
+				for i, it := range batch {
+					want[i] = string(it)
+				}
+				if _, err := q.PutManyGrant(ctx, batch, false, 0); err != nil {
 					t.Fatal(err)
 				}
-			}
-			frame := bytes.Repeat([]byte("abcdefgh"), 64)
-			batch := make([][]byte, 64)
-			for i := range batch {
-				batch[i] = frame[i*8 : (i+1)*8]
-			}
-			if _, err := q.PutManyGrant(ctx, batch, false, 0); err != nil {
-				t.Fatal(err)
-			}
-			for i := range frame {
-				frame[i] = 'X'
-			}
-			for i := 0; i < tc.fill; i++ {
-				if _, err := q.Get(ctx, false, 0); err != nil {
-					t.Fatal(err)
+				for i := range frame {
+					frame[i] = 'X'
 				}
-			}
-			for i := 0; i < 64; i++ {
-				got, err := q.Get(ctx, false, 0)
-				if err != nil {
-					t.Fatal(err)
+				for i := 0; i < tc.fill; i++ {
+					if _, err := q.Get(ctx, false, 0); err != nil {
+						t.Fatal(err)
+					}
 				}
-				if string(got) != "abcdefgh" {
-					t.Fatalf("item %d is %q: a view of the batch's frame", i, got)
+				for i := 0; i < n; i++ {
+					got, err := q.Get(ctx, false, 0)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if string(got) != want[i] {
+						t.Fatalf("item %d (%d bytes) changed with the batch's frame: a view of it", i, len(got))
+					}
 				}
-			}
-		})
+			})
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"bytes"
 	"container/list"
 	"context"
 	"fmt"
@@ -71,14 +72,15 @@ func (s *listStore) tryPutMany(items [][]byte) (bool, error) {
 	}
 	// All or nothing: the batch's bytes are charged at once, and what
 	// goes straight to waiting getters is given back.
-	if err := q.charge(itemsCost(items)); err != nil {
+	whole := itemsCost(items)
+	if err := q.charge(whole); err != nil {
 		return false, err
 	}
 	for _, it := range items {
 		if s.items.Len() == 0 && q.handToGetter(it) { // the head of the FIFO
 			q.uncharge(ItemCost(it))
 		} else {
-			s.pushBack(ownItem(it))
+			s.pushBack(ownItem(it, whole))
 		}
 		s.accepted()
 	}
@@ -115,7 +117,7 @@ func (s *listStore) unget(item []byte) {
 	if q.handToGetter(item) {
 		return
 	}
-	item = ownItem(item) // (one handed from a batch to a get that was undone)
+	item = bytes.Clone(item) // (a view of a request's frame, whose size is not known here: a rare path)
 	s.items.PushFront(item)
 	s.bytes += int64(len(item))
 	q.held += ItemCost(item)
@@ -141,8 +143,9 @@ func (s *listStore) admit() {
 			if !s.roomFor(len(w.items)) {
 				return
 			}
+			whole := itemsCost(w.items)
 			for _, it := range w.items {
-				s.pushBack(ownItem(it))
+				s.pushBack(ownItem(it, whole))
 				s.accepted()
 			}
 			w.items = nil

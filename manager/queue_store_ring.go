@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"sync"
@@ -151,7 +152,7 @@ func (qr *ringStore) tryPut(item []byte) (ok bool, err error) {
 	if len(qr.over) > 0 {
 		moved = qr.settle()
 	}
-	if _, err := qr.place(item, false); err != nil {
+	if _, err := qr.place(item, ItemCost(item), false); err != nil {
 		return false, err
 	}
 	return true, nil
@@ -187,14 +188,14 @@ func (qr *ringStore) tryPutMany(items [][]byte) (ok bool, err error) {
 	if len(qr.over) > 0 && qr.settle() {
 		changed = true
 	}
-	empty := n == 0
+	empty, whole := n == 0, itemsCost(items)
 	for _, item := range items {
 		if empty && qr.handOver(item) {
 			q.uncharge(ItemCost(item))
 			continue
 		}
 		empty = false
-		inRing, err := qr.place(item, true)
+		inRing, err := qr.place(item, whole, true)
 		if err != nil {
 			return true, err // a scribbled ring: the queue has failed
 		}
@@ -208,12 +209,14 @@ func (qr *ringStore) tryPutMany(items [][]byte) (ok bool, err error) {
 // (copied), named by an external record (an item the daemon keeps: too
 // large for the ring, or a large one that came through the daemon while
 // no client has the ring: SocketKeepMin), or
-// after over (no room in the ring). charged: the item's cost is already
+// after over (no room in the ring). whole: what the request the item came
+// in costs (ownItem: whether a kept item is copied out of its frame).
+// charged: the item's cost is already
 // counted (a batch's, charged whole), and is given back if it goes into
 // the ring; otherwise it is counted here when the daemon keeps it, and a
 // limit fails the put with nothing stored. inRing: a ring record was
 // written. Latch held, under q.mu.
-func (qr *ringStore) place(item []byte, charged bool) (inRing bool, err error) {
+func (qr *ringStore) place(item []byte, whole int64, charged bool) (inRing bool, err error) {
 	q := qr.q
 	inline := uint64(len(item)) <= qr.r.Inline()
 	keep := !inline // the daemon keeps it (also when the ring has room for it, passed to no client: SocketKeepMin)
@@ -240,11 +243,11 @@ func (qr *ringStore) place(item []byte, charged bool) (inRing bool, err error) {
 		// One that merely finds no room waits in over instead (an external
 		// record sends a client's get to the daemon).
 		if fits, _ := qr.r.Fits(8); fits {
-			qr.putExternal(ownItem(item))
+			qr.putExternal(ownItem(item, whole))
 			return true, nil
 		}
 	}
-	qr.over = append(qr.over, ownItem(item))
+	qr.over = append(qr.over, ownItem(item, whole))
 	if q.joinable {
 		qr.r.AddDone(-1) // a put the ring's count does not see yet
 	}
@@ -492,7 +495,7 @@ func (qr *ringStore) unget(item []byte) {
 // flags, whose daemon flag then sends every op to the daemon. Latch held,
 // under q.mu.
 func (qr *ringStore) pushFront(item []byte) {
-	item = ownItem(item) // (an item a batch handed to a get that was then undone is a view of the batch's frame)
+	item = bytes.Clone(item) // (a view of a request's frame, whose size is not known here: a rare path)
 	qr.front = append([][]byte{item}, qr.front...)
 	qr.q.held += ItemCost(item)
 	qr.q.lim.force(ItemCost(item))

@@ -110,9 +110,10 @@ func opPutMany(c *conn, id uint64, a wire.Args) (any, manager.Grant, error) {
 	if err != nil {
 		return nil, manager.Grant{}, wire.Errorf(wire.CodeBadRequest, "items must be a msgpack array of bins: %v", err)
 	}
-	// The items are views of the request's frame. The queue copies a small
-	// one out of it only if it keeps that item's slice (manager.ownItem):
-	// most go into a ring, a copy already, or straight to a getter.
+	// The items are views of the request's frame. The queue copies one out
+	// of it only if it keeps that item's slice and the item is small or
+	// under half the batch (manager.ownItem): most go into a ring, a copy
+	// already, or straight to a getter.
 	block, timeout, err := blocking(a)
 	if err != nil {
 		return nil, manager.Grant{}, err
