@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
@@ -48,7 +49,11 @@ import (
 //     grant then, or undoes it when the connection ends first;
 //   - a client that stops reading stops being read (its requests stay in
 //     its socket) once outLimit bytes of replies wait for it, and is closed
-//     when its output has made no progress for WriteTimeout.
+//     when its output has made no progress for WriteTimeout. Requests that
+//     one read brought past that point are not run either: they wait in
+//     loopConn.rest until the replies drain;
+//   - a connection whose turn ended with more to read is read again once
+//     per round (loopConn.queued), however often its turns end.
 //
 // Who owns the descriptor: the loop is its only reader; writers hold
 // conn.wmu and check closed; the loop sets closed (under wmu) when it lets
@@ -102,10 +107,19 @@ type loopConn struct {
 	// sniffConn is in loop mode with state st; nil for a plain socket.
 	tc *tls.Conn
 	st *loopState
-	// held: a TLS connection's reading stopped before crypto/tls would
-	// block (the loop's goroutine only): it may hold records epoll does
-	// not see.
+	// held: the connection's reading stopped before crypto/tls would
+	// block (TLS: it may hold records epoll does not see), or with
+	// requests read and not run (rest); the loop's goroutine only.
 	held bool
+	// queued: the connection is in its loop's again list, or in the
+	// round's copy of it, not yet read (the loop's goroutine only): it is
+	// put there once, however often its turn ends.
+	queued bool
+	// rest: bytes a read brought that feed did not take, because outLimit
+	// bytes of replies were waiting (a pipelining client that does not
+	// read); they are fed first when the output has drained (the loop's
+	// goroutine only).
+	rest []byte
 	// lowat: a TCP socket's SO_RCVLOWAT as last set (0: never, the
 	// kernel's 1); see setLowat.
 	lowat int
@@ -326,7 +340,9 @@ func (l *evLoop) run() {
 					l.endAll()
 					return
 				}
-				again = append(again, l.takeKicked()...)
+				for _, c := range l.takeKicked() {
+					again = queueOnce(again, c)
+				}
 				continue
 			}
 			l.mu.Lock()
@@ -340,7 +356,7 @@ func (l *evLoop) run() {
 					continue
 				}
 				if c.lp.Load().held { // read again below, unless its output is backlogged still
-					again = append(again, c)
+					again = queueOnce(again, c)
 				}
 			}
 			if ev.Events&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
@@ -349,6 +365,7 @@ func (l *evLoop) run() {
 		}
 		for _, c := range again {
 			lp := c.lp.Load()
+			lp.queued = false
 			select {
 			case <-lp.ended:
 				continue
@@ -369,6 +386,16 @@ func (l *evLoop) run() {
 			l.idle = true
 		}
 	}
+}
+
+// queueOnce appends c to again unless it is queued already (loopConn.queued).
+func queueOnce(again []*conn, c *conn) []*conn {
+	lp := c.lp.Load()
+	if lp.queued {
+		return again
+	}
+	lp.queued = true
+	return append(again, c)
 }
 
 // wait returns the number of ready events. While requests keep coming it
@@ -487,7 +514,15 @@ func (l *evLoop) readable(c *conn) {
 	if lp.st != nil {
 		lp.st.newTurn()
 	}
-	for turn, reads := 0, 0; ; reads++ {
+	if rest := lp.rest; rest != nil { // requests that waited for the output to drain go first
+		lp.rest = nil
+		if err := c.feed(rest); err != nil {
+			c.readFailed(err)
+			l.end(c)
+			return
+		}
+	}
+	for turn, reads := 0, 0; lp.rest == nil; reads++ {
 		if c.ctx.Err() != nil {
 			l.end(c)
 			return
@@ -516,23 +551,36 @@ func (l *evLoop) readable(c *conn) {
 			l.end(c)
 			return
 		}
-		if lp.tc == nil {
-			break // once per readiness
+		if lp.tc == nil || lp.rest != nil {
+			break // once per readiness; or with requests left to run
 		}
+		// A read that left records of crypto/tls's own (a KeyUpdate's
+		// answer) ends the turn too: one Read may take up to 16 records
+		// that carry no data.
 		turn += n
-		if backlog := lp.backlogged(c); backlog || turn >= tlsTurn || reads+1 >= tlsTurnReads {
-			lp.held = true
-			if !backlog {
-				l.again = append(l.again, c)
-			} // else: read again once flush has drained the output (run)
+		if lp.backlogged(c) || turn >= tlsTurn || reads+1 >= tlsTurnReads || lp.st.kept() {
+			l.hold(c)
 			break
 		}
+	}
+	if lp.rest != nil {
+		l.hold(c)
 	}
 	if lp.tc != nil {
 		lp.sendKept(c)
 	}
 	if c.transport == metrics.TransportTCP { // (a Unix socket's readiness ignores SO_RCVLOWAT)
 		lp.setLowat()
+	}
+}
+
+// hold marks c as read again later: at the next round, or, while outLimit
+// bytes of replies wait for it, once flush has drained them (run).
+func (l *evLoop) hold(c *conn) {
+	lp := c.lp.Load()
+	lp.held = true
+	if !lp.backlogged(c) {
+		l.again = queueOnce(l.again, c)
 	}
 }
 
@@ -681,6 +729,14 @@ func (c *conn) feed(p []byte) error {
 		}
 		if err := c.frameDone(); err != nil {
 			return err
+		}
+		if len(p) > 0 && lp.backlogged(c) {
+			// A client that pipelines and does not read: its next
+			// requests wait, kept here, until its replies drain, so what
+			// one read brings cannot make replies without bound (over TLS
+			// each is sealed at once into a copy of its bytes).
+			lp.rest = bytes.Clone(p)
+			return nil
 		}
 	}
 	return nil

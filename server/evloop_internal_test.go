@@ -251,6 +251,112 @@ func TestBusyLoopYieldsToClients(t *testing.T) {
 	}
 }
 
+// tcpLoopConn starts a server with one event loop on TCP loopback (TLS
+// with a self-signed certificate if overTLS), and returns an authenticated
+// connection to it (deadline 20 s) with the server's side of it, once that
+// is in the loop; both end with the test.
+func tcpLoopConn(t *testing.T, overTLS bool) (net.Conn, *conn) {
+	t.Helper()
+	key := []byte("k")
+	srv, err := New(Config{Key: key, Logger: zerolog.Nop(), EventLoops: 1}, manager.New(manager.DefaultConfig()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg *tls.Config
+	if overTLS {
+		if cfg, _, err = SelfSignedTLS("127.0.0.1", time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ln, err := ListenTCP("127.0.0.1:0", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveUntilCleanup(t, srv, ln)
+	var nc net.Conn
+	if overTLS {
+		nc, err = tls.Dial("tcp", ln.Addr().String(), &tls.Config{InsecureSkipVerify: true})
+	} else {
+		nc, err = net.Dial("tcp", ln.Addr().String())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	_ = nc.SetDeadline(time.Now().Add(20 * time.Second))
+	if _, err := auth.Client(nc, auth.ClientConfig{Key: key, Label: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	var in *conn
+	for deadline := time.Now().Add(5 * time.Second); in == nil; time.Sleep(time.Millisecond) {
+		srv.mu.Lock()
+		for c := range srv.conns {
+			if c.lp.Load() != nil {
+				in = c
+			}
+		}
+		srv.mu.Unlock()
+		if in == nil && time.Now().After(deadline) {
+			t.Fatal("the TCP connection is not in an event loop")
+		}
+	}
+	return nc, in
+}
+
+// A client that pipelines gets of a large value and does not read, over
+// TCP and TLS: its loop runs its requests only while less than outLimit
+// bytes of replies wait for it (over TLS each reply is sealed at once, a
+// copy of its bytes), keeps the rest of what it read, and runs those as
+// the client reads; every reply comes, in order.
+func TestPipelinedRequestsWaitForTheirReader(t *testing.T) {
+	for _, overTLS := range []bool{false, true} {
+		t.Run(map[bool]string{false: "tcp", true: "tls"}[overTLS], func(t *testing.T) {
+			nc, c := tcpLoopConn(t, overTLS)
+			lp := c.lp.Load()
+			const size, gets = 1 << 20, 48
+			for i, r := range [][]byte{
+				request(t, 1, "create", map[string]any{"kind": "dict", "name": "d"}),
+				request(t, 2, "set", map[string]any{"kind": "dict", "name": "d", "key": []byte("k"), "kp": []byte("k"),
+					"value": bytes.Repeat([]byte{'v'}, size)}),
+			} {
+				if _, err := nc.Write(r); err != nil {
+					t.Fatal(err)
+				}
+				if rep := readReply(t, nc); rep.Err != nil {
+					t.Fatalf("request %d: %v", i+1, rep.Err)
+				}
+			}
+			var batch []byte
+			for i := range gets {
+				batch = append(batch, request(t, uint64(10+i), "get", map[string]any{"kind": "dict", "name": "d", "key": []byte("k")})...)
+			}
+			if _, err := nc.Write(batch); err != nil { // one write: one read of the loop's, one record
+				t.Fatal(err)
+			}
+			// The most that may wait: outLimit, one more reply that went
+			// over it, and its records' overhead.
+			bound, most := outLimit+size+sealOverhead(size)+4096, 0
+			for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+				c.wmu.Lock()
+				most = max(most, lp.outBytes)
+				c.wmu.Unlock()
+			}
+			if most > bound {
+				t.Fatalf("%d bytes of replies waited for a client that did not read (at most %d)", most, bound)
+			}
+			if most < outLimit {
+				t.Fatalf("only %d bytes of replies waited: the client's socket took them all, and nothing was tested", most)
+			}
+			for i := range gets {
+				rep := readReply(t, nc)
+				if rep.Err != nil || rep.ID != uint64(10+i) {
+					t.Fatalf("reply %d: id %d, error %v", i, rep.ID, rep.Err)
+				}
+			}
+		})
+	}
+}
+
 // A large frame's body arriving over TCP, plain or TLS, to a connection in
 // an event loop: while at least lowatMin of it (less what crypto/tls may
 // hold) is still to come, the socket reports readable only once lowatMax
@@ -259,50 +365,13 @@ func TestBusyLoopYieldsToClients(t *testing.T) {
 func TestLoopWaitsForALargeBodyInPieces(t *testing.T) {
 	for _, overTLS := range []bool{false, true} {
 		t.Run(map[bool]string{false: "tcp", true: "tls"}[overTLS], func(t *testing.T) {
-			key := []byte("k")
-			srv, err := New(Config{Key: key, Logger: zerolog.Nop(), EventLoops: 1}, manager.New(manager.DefaultConfig()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var cfg *tls.Config
-			if overTLS {
-				if cfg, _, err = SelfSignedTLS("127.0.0.1", time.Now()); err != nil {
-					t.Fatal(err)
-				}
-			}
-			ln, err := ListenTCP("127.0.0.1:0", cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			serveUntilCleanup(t, srv, ln)
-			var nc net.Conn
-			if overTLS {
-				nc, err = tls.Dial("tcp", ln.Addr().String(), &tls.Config{InsecureSkipVerify: true})
-			} else {
-				nc, err = net.Dial("tcp", ln.Addr().String())
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer nc.Close()
-			_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
-			if _, err := auth.Client(nc, auth.ClientConfig{Key: key, Label: "t"}); err != nil {
-				t.Fatal(err)
-			}
+			nc, c := tcpLoopConn(t, overTLS)
+			lp := c.lp.Load()
 			if _, err := nc.Write(request(t, 1, "create", map[string]any{"kind": "queue", "name": "q"})); err != nil {
 				t.Fatal(err)
 			}
 			if rep := readReply(t, nc); rep.Err != nil {
 				t.Fatal(rep.Err)
-			}
-			var lp *loopConn
-			srv.mu.Lock()
-			for c := range srv.conns {
-				lp = c.lp.Load()
-			}
-			srv.mu.Unlock()
-			if lp == nil {
-				t.Fatal("the TCP connection is not in an event loop")
 			}
 			lowat := func() int {
 				v, err := unix.GetsockoptInt(lp.fd, unix.SOL_SOCKET, unix.SO_RCVLOWAT)

@@ -16,8 +16,9 @@ import (
 //     how it survives a read deadline. Records crypto/tls holds are not
 //     seen by epoll, so the loop reads on until the tls.Conn would block,
 //     and a connection stopped before that (tlsTurn bytes or tlsTurnReads
-//     reads in one turn, or outLimit bytes of replies waiting) is read
-//     again later (evLoop.again), as is one just adopted (evLoop.kick).
+//     reads in one turn, a read that left a KeyUpdate's answer, or
+//     outLimit bytes of replies waiting) is read again later
+//     (evLoop.again), as is one just adopted (evLoop.kick).
 //   - Writing. A reply is sealed under conn.wmu by tls.Conn.Write, whose
 //     records the sniffConn keeps (loopState.keep) instead of writing;
 //     they then take the plain path: written at once as far as the socket
