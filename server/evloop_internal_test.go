@@ -409,3 +409,25 @@ func TestLoopWaitsForALargeBodyInPieces(t *testing.T) {
 		})
 	}
 }
+
+// A connection whose turns keep ending (a peer that keeps its socket
+// full) is in its loop's again list once, not once more per turn; one
+// backlogged is not in it at all (flush puts it there once drained).
+func TestHeldConnectionIsQueuedOnce(t *testing.T) {
+	l := &evLoop{}
+	c := &conn{}
+	lp := &loopConn{loop: l}
+	c.lp.Store(lp)
+	for range 3 {
+		l.hold(c)
+	}
+	if len(l.again) != 1 || !lp.held {
+		t.Fatalf("held %v, queued %d times", lp.held, len(l.again))
+	}
+	l.again, lp.queued, lp.held = nil, false, false
+	lp.outBytes = outLimit
+	l.hold(c)
+	if len(l.again) != 0 || !lp.held {
+		t.Fatalf("backlogged: held %v, queued %d times", lp.held, len(l.again))
+	}
+}
