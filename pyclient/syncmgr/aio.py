@@ -48,13 +48,13 @@ owner is the task: each task holds its own count, as with threads.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import math
 import socket
 import ssl
 import threading
 import time
-import weakref
 from typing import Any, Callable, Optional, TypeVar
 
 import msgpack
@@ -259,6 +259,15 @@ async def _open(route: Route, session: bytes) -> _Protocol:
     return proto
 
 
+def _undo_outcome(fut: asyncio.Future[Any], undo: Optional[Undo]) -> None:
+    """Give back what a request's reply granted (undo), when fut holds that
+    reply: its caller was cancelled after the reader had taken it."""
+    if undo is not None and fut.done() and not fut.cancelled() and fut.exception() is None:
+        err, result = fut.result()
+        if err is None:
+            undo(result)
+
+
 class AsyncClient:
     """One event loop's connection to one daemon: the asyncio transport.
     Requests from every coroutine of the loop share it, each under its own
@@ -318,6 +327,10 @@ class AsyncClient:
         except asyncio.CancelledError:
             if p.lost is None and rid in p.pending:
                 await self._settle(p, rid, undo)
+            else:
+                # The reply came (and was read) before this task resumed:
+                # nobody else will give its grant back.
+                _undo_outcome(fut, undo)
             raise
         if err is not None:
             raise exc.from_code(err[0], err[1])
@@ -335,7 +348,8 @@ class AsyncClient:
         try:
             err, result = await asyncio.wait_for(asyncio.shield(outcome), _SETTLE_TIMEOUT)
         except (asyncio.CancelledError, asyncio.TimeoutError, exc.SyncMgrError):
-            outcome.cancel()  # (a no-op once it has its result: the connection was lost)
+            if not outcome.cancel():  # it has its answer already: give back what it granted
+                _undo_outcome(outcome, undo)
             return
         if err is None and undo is not None:
             undo(result)
@@ -351,26 +365,51 @@ class AsyncClient:
         if p is not None and p.transport is not None:
             p.transport.close()
 
+    def abandon(self) -> None:
+        """End the connection of a client whose loop is closed: its socket
+        is shut down, so that the daemon ends what it still has in flight
+        (a parked get takes no item for a reader that is gone). A closed
+        loop's transport cannot be closed (that schedules a callback on the
+        loop); its descriptor is closed when the transport is collected."""
+        p, self._proto = self._proto, None
+        if p is not None and p.transport is not None:
+            sock = p.transport.get_extra_info("socket")
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
 
-_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, AsyncClient]] = weakref.WeakKeyDictionary()
+
+# Each loop's clients, by daemon address. A client's transport refers to its
+# loop, so a loop here is never collected: the clients of closed loops are
+# abandoned, and their loops forgotten, whenever a client is made.
+_clients: dict[asyncio.AbstractEventLoop, dict[str, AsyncClient]] = {}
 _clients_lock = threading.Lock()
 
 
 def client_for(proxy: BaseProxy) -> AsyncClient:
-    """The running loop's AsyncClient for proxy's daemon (made on first use,
-    forgotten with its loop; it reaches the daemon as the proxy's own client
-    does: same route, key and TLS)."""
+    """The running loop's AsyncClient for proxy's daemon (made on first use;
+    it reaches the daemon as the proxy's own client does: same route, key
+    and TLS)."""
     loop = asyncio.get_running_loop()
     address = proxy._client.address
     with _clients_lock:
-        per_loop = _clients.setdefault(loop, {})
-        c = per_loop.get(address)
+        per_loop = _clients.get(loop)
+        c = None if per_loop is None else per_loop.get(address)
         if c is None:
+            _forget_closed_loops()
             route = getattr(proxy._client, "route", None)
             if route is None:
                 route = get_client(address).route
-            c = per_loop[address] = AsyncClient(address, route)
+            c = _clients.setdefault(loop, {})[address] = AsyncClient(address, route)
     return c
+
+
+def _forget_closed_loops() -> None:
+    """Abandon the clients of every closed loop, and forget those loops;
+    under _clients_lock."""
+    for loop in [lp for lp in _clients if lp.is_closed()]:
+        for c in _clients.pop(loop).values():
+            c.abandon()
 
 
 # --------------------------------------------------------------------------
@@ -476,7 +515,8 @@ class AcquirerView(View):
         if not blocking:
             if timeout is not None and timeout != -1:
                 raise ValueError("can't specify a timeout for a non-blocking call")
-            return self._p._acquired(await self._call("acquire", block=False, tid=tid))
+            return self._p._acquired(await self._call("acquire", undo=lambda r: self._undo(r, tid), block=False,
+                                                      tid=tid))
         t = timeout_arg(True, timeout, minus_one_forever=True)
         if t is not None and t > threading.TIMEOUT_MAX:
             raise OverflowError("timeout value is too large")
@@ -600,7 +640,7 @@ class BarrierView(View):
         if timeout is None:
             timeout = self._p._timeout
         t = _wait_arg(timeout)
-        res = await self._call("wait", timeout=t)
+        res = await self._call("wait", undo=self._undo, timeout=t)
         if res.get("action"):
             try:
                 if self._p._action is not None:
@@ -610,6 +650,12 @@ class BarrierView(View):
                 raise
             self._p._call("action_done", ok=True)
         return int(res["index"])
+
+    def _undo(self, res: Any) -> None:
+        # A cancelled last party that was to run the action breaks the
+        # barrier (as one that times out), instead of leaving the others parked.
+        if isinstance(res, dict) and res.get("action"):
+            self._notify("action_done", ok=False)
 
 
 class QueueView(View):

@@ -358,3 +358,120 @@ def test_the_handles_non_blocking_acquire_never_waits(m):
     sem.release()
     sem.release()
     assert sem.acquire(timeout=0) and sem.acquire(timeout=0)
+
+
+def _granting_waiter(m, what):
+    """A parked aio wait of kind what, and the call that grants it (from
+    this thread's own connection), and a check that the grant is free."""
+    if what in ("get", "get_many"):
+        q = m.Queue()
+
+        def get_back():
+            assert q.get(timeout=5) == "ITEM"  # given back, at the head
+            assert q.qsize() == 0
+
+        return (lambda: q.aio.get() if what == "get" else q.aio.get_many(10)), (lambda: q.put("ITEM")), get_back
+    obj = m.Lock() if what == "lock" else m.Semaphore(1)
+    assert obj.acquire(timeout=5)
+    return obj.aio.acquire, obj.release, (lambda: obj.acquire(timeout=5) or pytest.fail("the grant stayed taken"))
+
+
+@pytest.mark.parametrize("what", ["get", "get_many", "lock", "semaphore"])
+def test_cancel_after_the_reply_was_read_gives_the_grant_back(m, what):
+    """asyncio.timeout()'s deadline can fall in the loop iteration that
+    reads the waiter's reply: the task is cancelled after its reply was
+    taken off the connection, before the task resumed. The grant goes back."""
+    wait, grant, check = _granting_waiter(m, what)
+
+    async def main():
+        task = asyncio.create_task(wait())
+        await asyncio.sleep(0.2)  # parked in the daemon
+        grant()
+        asyncio.get_running_loop().call_later(0.01, task.cancel)
+        time.sleep(0.3)  # the loop is busy: the reply and the deadline come due in one iteration
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    run(main())
+    check()
+
+
+@pytest.mark.parametrize("what", ["get", "lock"])
+def test_cancelled_twice_with_the_reply_in_flight_gives_the_grant_back(m, what):
+    """Cancelled while its granting reply is unread, then cancelled again
+    while it waits for its cancellation's outcome: the grant goes back."""
+    wait, grant, check = _granting_waiter(m, what)
+
+    async def main():
+        task = asyncio.create_task(wait())
+        await asyncio.sleep(0.2)
+        grant()
+        time.sleep(0.2)  # the reply is in the socket, unread
+        task.cancel()
+        await asyncio.sleep(0)  # the task sends cancel and awaits its request's outcome
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(asyncio.shield(task), 10)
+        await asyncio.sleep(0.3)  # the reader gives back what the reply granted
+
+    run(main())
+    check()
+
+
+@pytest.mark.parametrize("kind", ["Lock", "Semaphore"])
+def test_cancelled_non_blocking_acquire_holds_nothing(m, kind):
+    obj = m.Lock() if kind == "Lock" else m.Semaphore(1)
+
+    async def main():
+        await obj.aio.acquire()
+        obj.aio.release()  # the loop's connection is open
+        task = asyncio.create_task(obj.aio.acquire(blocking=False))
+        await asyncio.sleep(0)  # sent
+        time.sleep(0.2)  # granted; the reply unread
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0.3)
+
+    run(main())
+    assert obj.acquire(timeout=5)
+
+
+def test_cancelled_last_party_of_a_barrier_with_an_action_breaks_it(m):
+    """The last party is told to run the action; cancelled before it reads
+    that, it breaks the barrier, so the other party does not wait out its
+    timeout."""
+    b = m.Barrier(2, action=lambda: None)
+    other: dict = {}
+
+    def party():
+        t0 = time.monotonic()
+        with pytest.raises(threading.BrokenBarrierError):
+            b.wait(20)
+        other["waited"] = time.monotonic() - t0
+
+    async def main():
+        await m.Event().aio.wait(0)  # the loop's connection is open
+        th = threading.Thread(target=party)
+        th.start()
+        time.sleep(0.3)  # the other party is parked
+        task = asyncio.create_task(b.aio.wait())
+        await asyncio.sleep(0)
+        time.sleep(0.2)  # answered "run the action"; unread
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.to_thread(th.join, 30)
+
+    run(main())
+    assert other["waited"] < 10
+    assert b.broken
+
+
+def test_closed_loops_connections_are_let_go(m):
+    """Each asyncio.run() makes a loop and, at its first wait, a connection;
+    a later loop's first wait lets go of those of the loops closed since."""
+    ev = m.Event()
+    for _ in range(5):
+        run(ev.aio.wait(0))
+    assert len(aio._clients) == 1
