@@ -59,10 +59,19 @@ def canonical_key(key: Any) -> bytes:
         return b"p" + pickle.dumps(key, protocol=5)
 
 
+# Why a pipeline refuses a container's pop: when execute() raises, what the
+# other calls got is given back, and a popped value could not be put back
+# where it was (another client may have written meanwhile).
+_TAKES = "takes a value that could not be given back if another call of the pipeline failed"
+
+
 class DictProxy(BaseProxy):
     """A shared dict, as SyncManager's DictProxy."""
 
     _kind = "dict"
+
+    def _not_pipelined(self, method: str, args: tuple[Any, ...]) -> Optional[str]:
+        return _TAKES if method in ("pop", "popitem") else None
 
     def _entry(self, key: Any, value: Any) -> dict[str, Any]:
         return {"key": canonical_key(key), "kp": _dumps(key), "value": _dumps(value)}
@@ -228,6 +237,8 @@ class ListProxy(BaseProxy):
 
     def _not_pipelined(self, method: str, args: tuple[Any, ...]) -> Optional[str]:
         two = "reads the list and writes it back, two requests in the caller's order"
+        if method == "pop":
+            return _TAKES
         if method in ("sort", "reverse", "__imul__"):
             return two
         if method in ("__setitem__", "__delitem__") and args and isinstance(args[0], slice):

@@ -331,11 +331,11 @@ def test_when_a_call_fails_what_the_others_got_is_given_back(m):
 
 
 def test_methods_of_two_requests_are_refused_when_recorded(m):
-    lst, cond, bar = m.list([3, 1, 2]), m.Condition(), m.Barrier(2)
+    lst, cond, bar, d = m.list([3, 1, 2]), m.Condition(), m.Barrier(2), m.dict(k="v")
     p = m.pipeline()
     for call in (lambda: p(lst).sort(), lambda: p(lst).reverse(), lambda: p(lst).__setitem__(slice(0, 2), [9]),
                  lambda: p(lst).__delitem__(slice(0, 1)), lambda: p(cond).wait(1), lambda: p(cond).wait_for(bool),
-                 lambda: p(bar).wait(1)):
+                 lambda: p(bar).wait(1), lambda: p(lst).pop(), lambda: p(d).pop("k"), lambda: p(d).popitem()):
         with pytest.raises(ValueError, match="cannot go in a pipeline"):
             call()
     assert len(p) == 0
