@@ -30,7 +30,7 @@ func owedIndex(s *Session) uint32 {
 // void.
 func (qr *ringStore) owe(s *Session, d int64) {
 	q := qr.q
-	if q.dead != nil || !qr.r.Lock(qr.gone) {
+	if q.dead != nil || qr.lock() != nil {
 		return
 	}
 	defer qr.r.Unlock(false)
@@ -50,7 +50,7 @@ func (qr *ringStore) owe(s *Session, d int64) {
 
 // unfinished is the ring's unfinished count (under q.mu).
 func (qr *ringStore) unfinished() int64 {
-	if qr.q.dead != nil || !qr.r.Lock(qr.gone) {
+	if qr.q.dead != nil || qr.lock() != nil {
 		return 0
 	}
 	defer qr.r.Unlock(false)
@@ -65,8 +65,8 @@ func (qr *ringStore) taskDone(s *Session) error {
 	if q.dead != nil {
 		return q.dead
 	}
-	if !qr.r.Lock(qr.gone) {
-		return ErrDeleted
+	if err := qr.lock(); err != nil {
+		return err
 	}
 	if qr.r.Unfinished() == 0 {
 		qr.r.Unlock(false)
@@ -111,7 +111,12 @@ func (qr *ringStore) releaseOwed(idx uint32, s *Session) {
 	if s != nil {
 		defer delete(q.owed, s)
 	}
-	if q.dead != nil || !qr.r.Lock(qr.gone) {
+	// A session that owes nothing takes no latch (the end of a session
+	// that never used this queue does not wait on a client that holds it).
+	if q.dead != nil || idx == 0 && (s == nil || q.owed[s] == 0) || idx != 0 && qr.r.OwedNow(idx) == 0 {
+		return
+	}
+	if qr.lock() != nil {
 		return
 	}
 	n := uint64(qr.r.Owed(idx))

@@ -19,6 +19,7 @@ import (
 const (
 	ringOffLatch = 64
 	ringOffTail  = 80
+	ringOffHead  = 88
 )
 
 // ringWords maps r's header through its descriptor, as a process that
@@ -237,7 +238,7 @@ func ringMaps(t *testing.T) int {
 // empty.
 func ringClientGet(t *testing.T, r *statemem.Ring) ([]byte, bool) {
 	t.Helper()
-	if !r.Lock(func(uint32) bool { return false }) {
+	if r.Lock(func(uint32) bool { return false }) != nil {
 		t.Fatal("ring closed")
 	}
 	kind, p, ok, err := r.Get()
@@ -388,7 +389,7 @@ func watching(q *Queue) bool {
 // ringClientPut puts a record as a same-host client does, by itself.
 func ringClientPut(t *testing.T, r *statemem.Ring, it []byte) {
 	t.Helper()
-	if !r.Lock(func(uint32) bool { return false }) {
+	if r.Lock(func(uint32) bool { return false }) != nil {
 		t.Fatal("ring closed")
 	}
 	r.Put(statemem.RecItem, it)

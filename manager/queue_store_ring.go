@@ -3,6 +3,7 @@ package manager
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -71,6 +72,22 @@ func (qr *ringStore) corrupt(err error) error {
 	return e
 }
 
+// lock takes the ring's latch (statemem.Ring.Lock): ErrDeleted once the
+// ring is closed; ErrLimit, naming the queue, when another client has held
+// it for statemem.LatchWait (the op is refused, nothing done).
+func (qr *ringStore) lock() error {
+	err := qr.r.Lock(qr.gone)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, statemem.ErrLatchHeld):
+		return fmt.Errorf("%w: queue %q: another client has held its shared ring's latch for %v (a stopped or "+
+			"misbehaving process); try again, or end that process", ErrLimit, qr.q.name, statemem.LatchWait)
+	default:
+		return ErrDeleted
+	}
+}
+
 // count is every item the queue holds (under q.mu and the latch).
 func (qr *ringStore) count() (int64, error) {
 	n, _, err := qr.r.Len()
@@ -130,8 +147,8 @@ func (qr *ringStore) tryPut(item []byte) (ok bool, err error) {
 	if err := qr.overLimit(ItemCost(item)); err != nil {
 		return false, err
 	}
-	if !qr.r.Lock(qr.gone) {
-		return false, ErrDeleted
+	if err := qr.lock(); err != nil {
+		return false, err
 	}
 	moved, handed := false, false
 	defer func() {
@@ -171,8 +188,8 @@ func (qr *ringStore) tryPutMany(items [][]byte) (ok bool, err error) {
 		return false, err
 	}
 	q := qr.q
-	if !qr.r.Lock(qr.gone) {
-		return false, ErrDeleted
+	if err := qr.lock(); err != nil {
+		return false, err
 	}
 	changed := false
 	defer func() { qr.unlockQuiet(changed) }()
@@ -226,7 +243,9 @@ func (qr *ringStore) place(item []byte, whole int64, charged bool) (inRing bool,
 			return false, qr.corrupt(err)
 		}
 		if fits && (len(item) < SocketKeepMin || qr.passed()) {
-			qr.r.Put(statemem.RecItem, item)
+			if err := qr.r.Put(statemem.RecItem, item); err != nil {
+				return false, qr.corrupt(err)
+			}
 			if charged {
 				q.uncharge(ItemCost(item))
 			}
@@ -243,7 +262,9 @@ func (qr *ringStore) place(item []byte, whole int64, charged bool) (inRing bool,
 		// One that merely finds no room waits in over instead (an external
 		// record sends a client's get to the daemon).
 		if fits, _ := qr.r.Fits(8); fits {
-			qr.putExternal(ownItem(item, whole))
+			if err := qr.putExternal(ownItem(item, whole)); err != nil {
+				return false, err
+			}
 			return true, nil
 		}
 	}
@@ -282,8 +303,8 @@ func (qr *ringStore) handOver(item []byte) bool {
 
 // tryGet removes the first item; called under q.mu.
 func (qr *ringStore) tryGet() (item []byte, ok bool, err error) {
-	if !qr.r.Lock(qr.gone) {
-		return nil, false, ErrDeleted
+	if err := qr.lock(); err != nil {
+		return nil, false, err
 	}
 	defer func() { qr.unlockQuiet(ok) }()
 	if item, ok, err = qr.take(); ok {
@@ -297,8 +318,8 @@ func (qr *ringStore) tryGet() (item []byte, ok bool, err error) {
 // that no item of over is copied into the ring and back out by the same
 // batch). Called under q.mu.
 func (qr *ringStore) tryGetMany(items [][]byte, max int, budget int64) (_ [][]byte, err error) {
-	if !qr.r.Lock(qr.gone) {
-		return items, ErrDeleted
+	if err := qr.lock(); err != nil {
+		return items, err
 	}
 	changed := false
 	defer func() { qr.unlockQuiet(changed) }()
@@ -379,13 +400,18 @@ func (qr *ringStore) take() (item []byte, ok bool, err error) {
 }
 
 // putExternal keeps item in the daemon and writes the 8-byte external
-// record that names it at the tail (an 8-byte record fits; latch held).
-func (qr *ringStore) putExternal(item []byte) {
+// record that names it at the tail (an 8-byte record fits; latch held). An
+// error (the ring's words changed since the caller's Fits) fails the
+// queue, with item not kept.
+func (qr *ringStore) putExternal(item []byte) error {
 	qr.extNext++
 	var id [8]byte
 	binary.LittleEndian.PutUint64(id[:], qr.extNext)
+	if err := qr.r.Put(statemem.RecExternal, id[:]); err != nil {
+		return qr.corrupt(err)
+	}
 	qr.ext[qr.extNext] = item
-	qr.r.Put(statemem.RecExternal, id[:])
+	return nil
 }
 
 // fromRecord is a record's item (nil: an external id the daemon does not
@@ -429,13 +455,18 @@ func (qr *ringStore) settle() (moved bool) {
 			if ok, _ := qr.r.Fits(uint64(len(item))); !ok {
 				break
 			}
-			qr.r.Put(statemem.RecItem, item)
+			if err := qr.r.Put(statemem.RecItem, item); err != nil {
+				qr.corrupt(err)
+				break
+			}
 			q.uncharge(ItemCost(item))
 		} else {
 			if ok, _ := qr.r.Fits(8); !ok {
 				break
 			}
-			qr.putExternal(item)
+			if qr.putExternal(item) != nil {
+				break
+			}
 		}
 		if q.joinable {
 			qr.r.AddDone(1) // the ring's put count sees it now
@@ -478,8 +509,16 @@ func (qr *ringStore) setFlags() {
 // removed queue's ring takes nothing.
 func (qr *ringStore) unget(item []byte) {
 	q := qr.q
-	if !qr.r.Lock(qr.gone) {
-		return
+	// An undo must not lose its item: a latch a live client holds is
+	// waited for again, for as long as it takes.
+	for {
+		err := qr.lock()
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ErrLimit) {
+			return
+		}
 	}
 	if q.handToGetter(item) {
 		qr.r.UnlockQuiet(false)
@@ -522,7 +561,7 @@ func (qr *ringStore) refillFromOver() bool {
 		qr.wmu.Unlock()
 		return false
 	}
-	if !qr.r.Lock(qr.gone) {
+	if qr.lock() != nil {
 		qr.wmu.Lock()
 		qr.refill = false
 		qr.wmu.Unlock()

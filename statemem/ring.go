@@ -154,6 +154,16 @@ const (
 // client scribbled on it). The daemon stops using the queue.
 var ErrRingCorrupt = errors.New("statemem: queue ring corrupted")
 
+// ErrLatchHeld: a client whose session lives has held the ring's latch for
+// LatchWait; Lock gave up, with nothing done.
+var ErrLatchHeld = errors.New("statemem: queue ring's latch held by another client")
+
+// LatchWait bounds how long Lock waits for a latch held by a client whose
+// session lives. Ops hold it for moments (the longest copies an item of
+// the inline limit), so one held this long is a stopped or misbehaving
+// client, and the daemon's op fails instead of waiting on it for good.
+const LatchWait = 2 * time.Second
+
 // ErrRingClosed: the ring's queue was removed.
 var ErrRingClosed = errors.New("statemem: queue ring closed")
 
@@ -162,14 +172,18 @@ type Ring struct {
 	// mu guards refs and closed: the daemon's goroutines hold a reference
 	// while they touch the mapping (enter/exit), and the last one out of a
 	// closed ring unmaps it.
-	mu      sync.Mutex
-	refs    int
-	closed  bool
-	fdmu    sync.Mutex // fd is used (passed to a client) or closed under fdmu
-	fd      int
-	mem     []byte
-	own     atomic.Int32 // the daemon's own sleepers in Sleep (counted in the waiters word too)
-	cap     uint64       // data bytes, the daemon's own copy
+	mu     sync.Mutex
+	refs   int
+	closed bool
+	fdmu   sync.Mutex // fd is used (passed to a client) or closed under fdmu
+	fd     int
+	mem    []byte
+	own    atomic.Int32 // the daemon's own sleepers in Sleep (counted in the waiters word too)
+	// daemon counts the daemon's goroutines that hold the latch, or are
+	// about to (around their compare-and-swap): a latch that reads
+	// LatchDaemon while none does was written by a client (Lock).
+	daemon  atomic.Int32
+	cap     uint64 // data bytes, the daemon's own copy
 	maxsize uint64
 	inline  uint64
 }
@@ -331,38 +345,65 @@ func (r *Ring) Waiters() []RingWaiter {
 	return out
 }
 
-// Lock takes the latch for the daemon; false: the ring is closed. A latch
-// held longer than a moment by a slot for which gone reports true (its
-// session ended, or the value names no session at all) is taken over:
-// every op commits with one store, so what the dead op left is consistent.
-// Every Lock that returns true is followed by one Unlock.
-func (r *Ring) Lock(gone func(slot uint32) bool) bool {
+// Lock takes the latch for the daemon. A latch held longer than a moment
+// by a slot for which gone reports true (its session ended, or the value
+// names no session at all) is taken over: every op commits with one store,
+// so what the dead op left is consistent. So is one that reads
+// LatchDaemon while no daemon goroutine holds it (a client wrote it). A
+// latch a live client holds is waited for LatchWait at most
+// (ErrLatchHeld); ErrRingClosed: the ring is closed. Every Lock that
+// returns nil is followed by one Unlock.
+func (r *Ring) Lock(gone func(slot uint32) bool) error {
 	if !r.enter() {
-		return false
+		return ErrRingClosed
 	}
 	w := r.word(ringOffLatch)
 	start := time.Now()
+	var stray time.Time // since when the latch has read LatchDaemon with no daemon goroutine holding it
 	for i := 0; ; i++ {
 		x := atomic.LoadUint64(w)
 		if x == 0 {
+			r.daemon.Add(1)
 			if atomic.CompareAndSwapUint64(w, 0, uint64(LatchDaemon)) {
 				// A journal under a free latch was left by an op whose
 				// latch was taken over (its session ended while its
 				// process lived on): it committed nothing.
 				atomic.StoreUint64(r.word(ringOffJOp), 0)
-				return true
+				return nil
 			}
+			r.daemon.Add(-1)
 			continue
 		}
 		if i < 100 {
 			runtime.Gosched()
 			continue
 		}
-		if time.Since(start) > time.Millisecond && x != uint64(LatchDaemon) && (x > uint64(MaxSlot) || gone(uint32(x))) {
+		waited := time.Since(start)
+		switch {
+		case x == uint64(LatchDaemon):
+			switch {
+			case r.daemon.Load() != 0:
+				stray = time.Time{}
+			case stray.IsZero():
+				stray = time.Now()
+			case time.Since(stray) > time.Millisecond && r.daemon.CompareAndSwap(0, 1):
+				if atomic.LoadUint64(w) == uint64(LatchDaemon) {
+					r.repair(x)
+					return nil
+				}
+				r.daemon.Add(-1)
+			}
+		case waited > time.Millisecond && (x > uint64(MaxSlot) || gone(uint32(x))):
+			r.daemon.Add(1)
 			if atomic.CompareAndSwapUint64(w, x, uint64(LatchDaemon)) {
 				r.repair(x)
-				return true
+				return nil
 			}
+			r.daemon.Add(-1)
+		}
+		if waited > LatchWait {
+			r.exit()
+			return ErrLatchHeld
 		}
 		time.Sleep(50 * time.Microsecond)
 	}
@@ -383,6 +424,7 @@ func (r *Ring) unlock(changed bool, own uint32) {
 		atomic.AddUint64(r.word(ringOffSeq), 1)
 	}
 	atomic.StoreUint64(r.word(ringOffLatch), 0)
+	r.daemon.Add(-1)
 	if changed && atomic.LoadUint32((*uint32)(unsafe.Pointer(&r.mem[ringOffWaiters]))) > own {
 		WakeAll(r.word(ringOffSeq))
 	}
@@ -397,18 +439,22 @@ func (r *Ring) ReleaseLatch(slot uint32) bool {
 		return false
 	}
 	defer r.exit()
+	r.daemon.Add(1)
 	held := atomic.CompareAndSwapUint64(r.word(ringOffLatch), uint64(slot), uint64(LatchDaemon))
 	if held {
 		r.repair(uint64(slot))
 		atomic.StoreUint64(r.word(ringOffLatch), 0)
 	}
+	r.daemon.Add(-1)
 	if slot < RingSlots {
+		// Both counts are data: the slot's is taken off the total in one
+		// step, never below zero, however large a scribble made either.
 		mine := atomic.SwapUint32(r.slotWaiters(slot), 0)
 		wp := (*uint32)(unsafe.Pointer(&r.mem[ringOffWaiters]))
 		for mine > 0 {
 			x := atomic.LoadUint32(wp)
-			if x == 0 || atomic.CompareAndSwapUint32(wp, x, x-1) {
-				mine--
+			if atomic.CompareAndSwapUint32(wp, x, x-min(x, mine)) {
+				break
 			}
 		}
 	}
@@ -476,14 +522,34 @@ func split(x uint64) (pos, n uint64) { return x & ringPosMask, x >> ringPosBits 
 
 // Len returns the items and bytes in the ring, checked (under the latch).
 func (r *Ring) Len() (items, bytes uint64, err error) {
-	tp, tn := r.tail()
-	hp, hn := r.head()
-	used := (tp - hp) & ringPosMask
-	items = (tn - hn) & ringCountMax
-	if used > r.cap || items > used/recHeader || tp%recHeader != 0 || hp%recHeader != 0 {
-		return 0, 0, ErrRingCorrupt
+	e := r.ends()
+	return e.items, e.used, e.err
+}
+
+// ringEnds is one reading of a ring's tail and head words, checked: every
+// op takes the words it uses from one such reading, since a client may
+// change them between two loads (a scribble: clients change them only
+// under the latch).
+type ringEnds struct {
+	tp, tn, hp, hn uint64
+	items, used    uint64
+	err            error // ErrRingCorrupt: the words do not describe a ring
+}
+
+// ends reads the tail and head words once and checks them: aligned
+// positions, no more bytes used than the ring has, and no more items than
+// those bytes hold. An index taken from a checked position (pos &
+// (cap-1)) leaves room for a record header.
+func (r *Ring) ends() ringEnds {
+	var e ringEnds
+	e.tp, e.tn = r.tail()
+	e.hp, e.hn = r.head()
+	e.used = (e.tp - e.hp) & ringPosMask
+	e.items = (e.tn - e.hn) & ringCountMax
+	if e.used > r.cap || e.items > e.used/recHeader || e.tp%recHeader != 0 || e.hp%recHeader != 0 {
+		e = ringEnds{err: ErrRingCorrupt}
 	}
-	return items, used, nil
+	return e
 }
 
 // Peek returns the Len without the checks, for status (any time; zeros
@@ -503,39 +569,49 @@ func pad8(n uint64) uint64 { return (n + 7) &^ 7 }
 // Fits reports whether a record with n payload bytes fits now, given the
 // ring's maxsize (under the latch).
 func (r *Ring) Fits(n uint64) (bool, error) {
-	items, used, err := r.Len()
-	if err != nil {
-		return false, err
+	e := r.ends()
+	if e.err != nil {
+		return false, e.err
 	}
-	if r.maxsize > 0 && items >= r.maxsize {
+	if r.maxsize > 0 && e.items >= r.maxsize {
 		return false, nil
 	}
-	tp, _ := r.tail()
-	idx := tp & (r.cap - 1)
+	return r.fitsAt(e, n), nil
+}
+
+// fitsAt reports whether a record with n payload bytes fits after e's tail
+// (with a pad record to the end when it does not fit before it).
+func (r *Ring) fitsAt(e ringEnds, n uint64) bool {
+	idx := e.tp & (r.cap - 1)
 	need := recHeader + pad8(n)
 	if idx+need > r.cap {
 		need += r.cap - idx
 	}
-	return used+need <= r.cap, nil
+	return e.used+need <= r.cap
 }
 
 // Put appends a record of kind with payload p; the caller checked Fits
 // (under the latch). A put into an empty ring past the hot window starts
-// again at index 0 (see the layout above).
-func (r *Ring) Put(kind uint32, p []byte) {
-	tp, tn := r.tail()
-	hp, _ := r.head()
-	idx := tp & (r.cap - 1)
+// again at index 0 (see the layout above). The words are read and checked
+// again: ErrRingCorrupt when a client changed them since Fits so that the
+// record no longer fits, and nothing is written.
+func (r *Ring) Put(kind uint32, p []byte) error {
+	e := r.ends()
+	if e.err != nil || !r.fitsAt(e, uint64(len(p))) {
+		return ErrRingCorrupt
+	}
+	idx := e.tp & (r.cap - 1)
 	need := recHeader + pad8(uint64(len(p)))
 	adv := need
-	if idx+need > r.cap || idx >= RingHot && 2*((tp-hp)&ringPosMask+need) <= idx {
+	if idx+need > r.cap || idx >= RingHot && 2*(e.used+need) <= idx {
 		r.header(idx, 0, RecPad)
 		adv += r.cap - idx
 		idx = 0
 	}
 	r.header(idx, uint32(len(p)), kind)
 	copy(r.mem[RingHeader+idx+recHeader:], p)
-	atomic.StoreUint64(r.word(ringOffTail), (tp+adv)&ringPosMask|((tn+1)&ringCountMax)<<ringPosBits)
+	atomic.StoreUint64(r.word(ringOffTail), (e.tp+adv)&ringPosMask|((e.tn+1)&ringCountMax)<<ringPosBits)
+	return nil
 }
 
 func (r *Ring) header(idx uint64, n, kind uint32) {
@@ -586,11 +662,11 @@ type record struct {
 // lies within the ring and the used bytes; ok is false when the ring is
 // empty or corrupt (err says which).
 func (r *Ring) headRecord() (h record, ok bool, err error) {
-	items, used, err := r.Len()
-	if err != nil || items == 0 {
-		return h, false, err
+	e := r.ends()
+	if e.err != nil || e.items == 0 {
+		return h, false, e.err
 	}
-	hp, hn := r.head()
+	hp, hn, used := e.hp, e.hn, e.used
 	idx := hp & (r.cap - 1)
 	adv := uint64(0)
 	n, kind := r.readHeader(idx)
@@ -609,6 +685,8 @@ func (r *Ring) headRecord() (h record, ok bool, err error) {
 	return record{hp: hp, hn: hn, idx: idx, adv: adv, n: n, kind: kind}, true, nil
 }
 
+// readHeader reads the record header at idx, which a checked position
+// gave (ends): aligned, so within the ring with its header.
 func (r *Ring) readHeader(idx uint64) (uint32, uint32) {
 	b := r.mem[RingHeader+idx : RingHeader+idx+recHeader]
 	return binary.LittleEndian.Uint32(b), binary.LittleEndian.Uint32(b[4:])
@@ -626,7 +704,12 @@ func (r *Ring) Trim(idle uint32) (seq uint32, punched bool, err error) {
 	}
 	defer r.exit()
 	seq = r.seq()
-	if seq != idle || !atomic.CompareAndSwapUint64(r.word(ringOffLatch), 0, uint64(LatchDaemon)) {
+	if seq != idle {
+		return seq, false, nil
+	}
+	r.daemon.Add(1)
+	defer r.daemon.Add(-1)
+	if !atomic.CompareAndSwapUint64(r.word(ringOffLatch), 0, uint64(LatchDaemon)) {
 		return seq, false, nil
 	}
 	defer atomic.StoreUint64(r.word(ringOffLatch), 0)
@@ -717,6 +800,16 @@ func (r *Ring) AddDone(d int64) {
 // the latch).
 func (r *Ring) Owed(idx uint32) uint32       { return atomic.LoadUint32(r.owedWord(idx)) }
 func (r *Ring) SetOwed(idx uint32, v uint32) { atomic.StoreUint32(r.owedWord(idx), v) }
+
+// OwedNow is Owed without the latch (any time; 0 once closed): a word
+// read as data, for whether an ended session owes anything at all.
+func (r *Ring) OwedNow(idx uint32) uint32 {
+	if !r.enter() {
+		return 0
+	}
+	defer r.exit()
+	return r.Owed(idx)
+}
 
 // UnfinishedNow is Unfinished for status (any time; 0 once closed).
 func (r *Ring) UnfinishedNow() uint64 {

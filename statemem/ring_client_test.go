@@ -35,7 +35,7 @@ var never = func(uint32) bool { return false }
 // daemonPut and daemonGet are the daemon's side of the ring.
 func daemonPut(t *testing.T, r *Ring, kind uint32, p []byte) {
 	t.Helper()
-	if !r.Lock(never) {
+	if r.Lock(never) != nil {
 		t.Fatal("lock")
 	}
 	ok, err := r.Fits(uint64(len(p)))
@@ -48,7 +48,7 @@ func daemonPut(t *testing.T, r *Ring, kind uint32, p []byte) {
 
 func daemonGet(t *testing.T, r *Ring) []byte {
 	t.Helper()
-	if !r.Lock(never) {
+	if r.Lock(never) != nil {
 		t.Fatal("lock")
 	}
 	kind, p, ok, err := r.Get()
@@ -219,7 +219,7 @@ func TestClientRingSendsToDaemon(t *testing.T) {
 	if _, res := clientGet(t, c, 0); res != Daemon {
 		t.Fatalf("get of an external record: %v", res)
 	}
-	if !r.Lock(never) {
+	if r.Lock(never) != nil {
 		t.Fatal("lock")
 	}
 	if kind, _, ok, err := r.Get(); kind != RecExternal || !ok || err != nil {
@@ -448,7 +448,7 @@ func TestClientRingJoinableCounts(t *testing.T) {
 func TestClientRingJoinableUnfinishedBound(t *testing.T) {
 	r := newTestRing(t, 0)
 	c := clientOfKind(t, r, 3, true)
-	if !r.Lock(never) {
+	if r.Lock(never) != nil {
 		t.Fatal("lock")
 	}
 	r.AddDone(-int64(RingMaxUnfinished - 1)) // as if that many were put and never done

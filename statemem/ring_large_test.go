@@ -45,7 +45,7 @@ func TestRingHotWindow(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	if !r.Lock(noneGone) {
+	if r.Lock(noneGone) != nil {
 		t.Fatal("lock")
 	}
 	defer r.Unlock(true)
@@ -145,7 +145,7 @@ func TestRingHotWindowBehindAConsumer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	if !r.Lock(noneGone) {
+	if r.Lock(noneGone) != nil {
 		t.Fatal("lock")
 	}
 	defer r.Unlock(true)

@@ -26,7 +26,7 @@ func newTestRing(t *testing.T, maxsize uint64) *Ring {
 // positions and counts stay right over many laps.
 func TestRingWrapsWithPadRecords(t *testing.T) {
 	r := newTestRing(t, 0)
-	if !r.Lock(func(uint32) bool { return false }) {
+	if r.Lock(func(uint32) bool { return false }) != nil {
 		t.Fatal("lock")
 	}
 	defer r.Unlock(true)
@@ -113,7 +113,7 @@ func TestRingReleaseLatch(t *testing.T) {
 // leaves it in the ring.
 func TestRingHeadLeavesTheRecord(t *testing.T) {
 	r := newTestRing(t, 0)
-	if !r.Lock(func(uint32) bool { return false }) {
+	if r.Lock(func(uint32) bool { return false }) != nil {
 		t.Fatal("lock")
 	}
 	defer r.Unlock(true)
