@@ -675,7 +675,10 @@ func (r *Ring) headRecord() (h record, ok bool, err error) {
 		idx = 0
 		n, kind = r.readHeader(idx)
 	}
-	if kind != RecItem && kind != RecExternal || uint64(n) > r.cap-idx-recHeader {
+	// An item is never longer than the inline limit (the daemon's own
+	// copy): a longer one would go out to a socket getter past what a
+	// reply may carry.
+	if kind != RecItem && kind != RecExternal || uint64(n) > r.cap-idx-recHeader || kind == RecItem && uint64(n) > r.inline {
 		return h, false, ErrRingCorrupt
 	}
 	adv += recHeader + pad8(uint64(n))

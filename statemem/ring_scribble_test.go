@@ -1,6 +1,7 @@
 package statemem
 
 import (
+	"encoding/binary"
 	"errors"
 	"sync/atomic"
 	"testing"
@@ -83,5 +84,23 @@ func TestReleaseLatchTakesAScribbledCountOffAtOnce(t *testing.T) {
 	}
 	if n := atomic.LoadUint32(total); n != 0 {
 		t.Fatalf("sleepers %d after the slot's were taken off", n)
+	}
+}
+
+// A record a client wrote longer than the inline limit (clients never
+// write one) is corruption: the daemon would hand it to a socket getter
+// past what a reply may carry.
+func TestRecordOverTheInlineLimitIsCorrupt(t *testing.T) {
+	r := newTestRing(t, 0)
+	if r.Lock(func(uint32) bool { return false }) != nil {
+		t.Fatal("lock")
+	}
+	defer r.Unlock(false)
+	n := r.Inline() + 8
+	binary.LittleEndian.PutUint32(r.mem[RingHeader:], uint32(n))
+	binary.LittleEndian.PutUint32(r.mem[RingHeader+4:], RecItem)
+	atomic.StoreUint64(r.word(ringOffTail), (recHeader+pad8(n))|1<<ringPosBits)
+	if _, _, _, err := r.Head(); !errors.Is(err, ErrRingCorrupt) {
+		t.Fatalf("a record of %d bytes (inline %d): %v", n, r.Inline(), err)
 	}
 }

@@ -571,7 +571,7 @@ class BarrierProxy(BaseProxy):
             timeout = self._timeout
         t = timeout_arg(True, timeout, minus_one_forever=False)
         try:
-            res = self._call_blocking("wait", t, timeout=t)
+            res = self._call_blocking("wait", t, undo=self._undo_wait, timeout=t)
         except exc.BrokenBarrierError:
             raise
         if res.get("action"):
@@ -583,6 +583,13 @@ class BarrierProxy(BaseProxy):
                 raise
             self._call("action_done", ok=True)
         return int(res["index"])
+
+    def _undo_wait(self, res: Any) -> None:
+        # Interrupted with the reply "run the action" on its way: the action
+        # is reported failed, which breaks the barrier, instead of leaving
+        # the other parties waiting for it.
+        if isinstance(res, dict) and res.get("action"):
+            self._client.call("action_done", self._args({"ok": False}))
 
     def abort(self) -> None:
         self._call("abort")
