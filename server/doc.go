@@ -43,7 +43,9 @@
 // waits in the connection's output queue with its grant, as do the replies
 // to the requests that one read brought together (a pipelining client's),
 // which then go out in one writev; the loop stops reading a connection with
-// a megabyte of replies waiting. When the connection ends, its context is cancelled, every parked
+// a megabyte of replies waiting, and stops running the requests of a read
+// there too (the rest wait in loopConn.rest). When the connection ends,
+// its context is cancelled, every parked
 // request is finished, and only then is the connection's session closed, so
 // a dead client never takes a lock or a queue item. Clean-up owed when a
 // session ends is registered with Session.OnEnd, not watched from here.
