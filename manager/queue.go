@@ -70,7 +70,7 @@ type queueStore interface {
 	// The task counts (queue_owed.go): unfinished, task_done by s, a
 	// debt of s changed by d (+n: s got n items; -1: a get undone), and
 	// what s owes marked done (s ended).
-	unfinished() int64
+	unfinished() (int64, error)
 	taskDone(s *Session) error
 	owe(s *Session, d int64)
 	release(s *Session)
@@ -150,7 +150,12 @@ func (q *Queue) Join(ctx context.Context, timeout time.Duration) (bool, error) {
 			return false, q.dead
 		}
 		seen := q.store.mark()
-		if q.store.unfinished() == 0 {
+		n, err := q.store.unfinished()
+		if err != nil {
+			q.mu.Unlock()
+			return false, err
+		}
+		if n == 0 {
 			q.mu.Unlock()
 			return true, nil
 		}
@@ -161,7 +166,7 @@ func (q *Queue) Join(ctx context.Context, timeout time.Duration) (bool, error) {
 		w := newWaiter(nil, 0)
 		q.joiners.push(w)
 		q.mu.Unlock()
-		err := q.store.wait(ctx, seen, deadline, w.ready)
+		err = q.store.wait(ctx, seen, deadline, w.ready)
 		q.mu.Lock()
 		if !q.joiners.remove(w) { // let go (also when that raced with ctx), or failed
 			q.mu.Unlock()
@@ -181,7 +186,8 @@ func (q *Queue) Join(ctx context.Context, timeout time.Duration) (bool, error) {
 func (q *Queue) Unfinished() int64 {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.store.unfinished()
+	n, _ := q.store.unfinished() // (a latch held too long: the count read without it)
+	return n
 }
 
 func (q *Queue) full() bool {

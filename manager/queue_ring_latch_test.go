@@ -119,3 +119,46 @@ func TestLatchHeldByALiveClientBoundsTheWait(t *testing.T) {
 		t.Fatalf("once the latch is let go: %v", err)
 	}
 }
+
+// A JoinableQueue's task counts are never given up on a held latch: a join
+// behind one fails with ErrLimit instead of reporting the tasks done, and a
+// consumer's end waits the latch out and then marks done what it owed.
+func TestTaskCountsWaitOutAHeldLatch(t *testing.T) {
+	m, _ := fastManager(t)
+	prod, cons, holder := newSession(t, m), newSession(t, m), newSession(t, m)
+	if !m.AttachFastPath(holder) {
+		t.Fatal("attach")
+	}
+	q := create[*Queue](t, m, prod, KindJoinableQueue, "jq", Params{})
+	ctx := testCtx(t)
+	if err := q.Put(ctx, []byte("x"), false, 0); err != nil {
+		t.Fatal(err)
+	}
+	g, err := q.GetGrant(ctx, false, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.Owe(&g, cons)
+	g.Commit()
+	word := ringWords(t, q.Ring())
+	atomic.StoreUint64(word(ringOffLatch), uint64(holder.Slot()))
+	if ok, err := q.Join(ctx, 10*time.Second); ok || !errors.Is(err, ErrLimit) {
+		t.Fatalf("join behind a held latch with a task unfinished: %v, %v", ok, err)
+	}
+	release := statemem.LatchWait + 500*time.Millisecond
+	go func() {
+		time.Sleep(release)
+		atomic.StoreUint64(word(ringOffLatch), 0)
+	}()
+	start := time.Now()
+	m.CloseSession(cons) // owed the item: it is marked done, once the latch is free
+	if waited := time.Since(start); waited < release-100*time.Millisecond {
+		t.Fatalf("the consumer's end took %v with the latch held for %v", waited, release)
+	}
+	if n := q.Unfinished(); n != 0 {
+		t.Fatalf("unfinished %d after the consumer's end", n)
+	}
+	if ok, err := q.Join(ctx, time.Second); !ok || err != nil {
+		t.Fatalf("join: %v, %v", ok, err)
+	}
+}

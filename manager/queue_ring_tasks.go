@@ -30,7 +30,7 @@ func owedIndex(s *Session) uint32 {
 // void.
 func (qr *ringStore) owe(s *Session, d int64) {
 	q := qr.q
-	if q.dead != nil || qr.lock() != nil {
+	if q.dead != nil || qr.lockWaiting() != nil {
 		return
 	}
 	defer qr.r.Unlock(false)
@@ -48,13 +48,18 @@ func (qr *ringStore) owe(s *Session, d int64) {
 	qr.r.SetOwed(idx, uint32(v))
 }
 
-// unfinished is the ring's unfinished count (under q.mu).
-func (qr *ringStore) unfinished() int64 {
-	if qr.q.dead != nil || qr.lock() != nil {
-		return 0
+// unfinished is the ring's unfinished count (under q.mu). With the latch
+// held by another client for LatchWait it is the count read without it,
+// and the error says so (a join must not take that for done).
+func (qr *ringStore) unfinished() (int64, error) {
+	if qr.q.dead != nil {
+		return 0, nil
+	}
+	if err := qr.lock(); err != nil {
+		return int64(qr.r.UnfinishedNow()), err
 	}
 	defer qr.r.Unlock(false)
-	return int64(qr.r.Unfinished())
+	return int64(qr.r.Unfinished()), nil
 }
 
 // taskDone is task_done on a ring (under q.mu): the caller's own debt is
@@ -116,7 +121,7 @@ func (qr *ringStore) releaseOwed(idx uint32, s *Session) {
 	if q.dead != nil || idx == 0 && (s == nil || q.owed[s] == 0) || idx != 0 && qr.r.OwedNow(idx) == 0 {
 		return
 	}
-	if qr.lock() != nil {
+	if qr.lockWaiting() != nil {
 		return
 	}
 	n := uint64(qr.r.Owed(idx))

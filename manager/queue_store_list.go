@@ -163,7 +163,7 @@ func (s *listStore) describe() (string, int) {
 	return q.describeLine(int64(s.items.Len()), s.bytes, "", s.pending), q.getters.len() + q.putters.len()
 }
 
-func (s *listStore) unfinished() int64 { return s.pending }
+func (s *listStore) unfinished() (int64, error) { return s.pending, nil }
 
 // taskDone pays off a debt (payDebt) and lets the joiners go once nothing
 // is unfinished.

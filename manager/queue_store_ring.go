@@ -88,6 +88,17 @@ func (qr *ringStore) lock() error {
 	}
 }
 
+// lockWaiting is lock for what must not be given up (an undo's item, a
+// JoinableQueue's task counts): a latch a live client holds is waited for
+// again, for as long as it takes, as every op did before LatchWait.
+func (qr *ringStore) lockWaiting() error {
+	for {
+		if err := qr.lock(); !errors.Is(err, ErrLimit) {
+			return err
+		}
+	}
+}
+
 // count is every item the queue holds (under q.mu and the latch).
 func (qr *ringStore) count() (int64, error) {
 	n, _, err := qr.r.Len()
@@ -509,16 +520,8 @@ func (qr *ringStore) setFlags() {
 // removed queue's ring takes nothing.
 func (qr *ringStore) unget(item []byte) {
 	q := qr.q
-	// An undo must not lose its item: a latch a live client holds is
-	// waited for again, for as long as it takes.
-	for {
-		err := qr.lock()
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, ErrLimit) {
-			return
-		}
+	if qr.lockWaiting() != nil { // an undo must not lose its item
+		return
 	}
 	if q.handToGetter(item) {
 		qr.r.UnlockQuiet(false)
