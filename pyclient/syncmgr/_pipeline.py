@@ -305,8 +305,11 @@ class Pipeline:
             current = -1
         except BaseException:
             # Ctrl-C while replaying: every other call gives back what it got
-            # (the one being replayed does as a call alone would).
-            self._give_back(slots, reqs, answers, replays, skip=current)
+            # (the one being replayed does as a call alone would, once it has
+            # taken its answer; before that, nothing has it but its reply).
+            r = replays[current] if current >= 0 else None
+            taken = r is not None and not r.unused()
+            self._give_back(slots, reqs, answers, replays, skip=current if taken else -1)
             raise
         if raise_on_error and first_error is not None:
             self._give_back(slots, reqs, answers, replays, skip=-1)

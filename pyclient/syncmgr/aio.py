@@ -595,14 +595,33 @@ class ConditionView(AcquirerView):
         t = _wait_arg(timeout)
         tid = self._tid()
         completed: list[Any] = []
+        reacquiring = False
+
+        def undo(r: Any) -> None:
+            # A success reply: the daemon took the lock back for the wait.
+            if reacquiring:
+                # It came after _settle gave up and _reacquire was sent: give
+                # that hold back, or the lock is held twice (an RLock's depth
+                # 2, or a Lock that _reacquire then waits for for ever).
+                self._notify("release", tid=tid)
+            else:
+                completed.append(r)
+
         try:
-            return bool(await self._call("wait", undo=completed.append, tid=tid, timeout=t))
+            return bool(await self._call("wait", undo=undo, tid=tid, timeout=t))
         except asyncio.CancelledError:
             # The daemon released the lock for the wait; take it back before
             # the cancellation goes on (asyncio.Condition.wait does the same),
-            # unless the wait completed (and took it back) first.
+            # unless the wait completed (and took it back) first. Cancelled
+            # again meanwhile, keep waiting for it: the caller's __aexit__
+            # releases it.
             if not completed:
-                await asyncio.shield(self._reacquire(tid))
+                reacquiring = True
+                reacq = asyncio.ensure_future(self._reacquire(tid))
+                while not reacq.done():
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await asyncio.shield(reacq)
+                reacq.result()
             raise
 
     async def _reacquire(self, tid: int) -> None:

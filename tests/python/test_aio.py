@@ -475,3 +475,36 @@ def test_closed_loops_connections_are_let_go(m):
     for _ in range(5):
         run(ev.aio.wait(0))
     assert len(aio._clients) == 1
+
+
+def test_condition_wait_cancelled_twice_while_taking_its_lock_back_keeps_it(daemon, m):
+    """Cancelled while waiting, the wait takes the lock back first; a second
+    cancellation meanwhile does not cut that short (asyncio.Condition.wait
+    does the same): the task ends with CancelledError, holding nothing."""
+    c = m.Condition(name=f"aio-cond-twice-{os.getpid()}")
+
+    async def waiter():
+        async with c.aio:
+            await c.aio.wait()
+
+    async def main():
+        t = asyncio.create_task(waiter())
+        await asyncio.sleep(0.3)  # parked in wait: the lock is free
+        assert c.acquire(timeout=5)  # another owner (this thread) takes it
+        t.cancel()
+        await asyncio.sleep(0.3)  # the wait is cancelled; taking the lock back waits
+        t.cancel()
+        await asyncio.sleep(0.2)
+        assert not t.done()
+        c.release()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(t, 10)
+
+    run(main())
+    other = run_py(daemon, f"""
+        import os, syncmgr
+        m = syncmgr.connect(os.environ["SYNCMGR_ADDRESS"], bytes.fromhex(os.environ["SYNCMGR_AUTHKEY"]))
+        print(m.Condition(name={c.name!r}).acquire(timeout=5))
+    """)
+    out, err = other.communicate(timeout=60)
+    assert out.strip() == "True", err

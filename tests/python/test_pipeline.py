@@ -407,3 +407,33 @@ def test_ctrl_c_while_replaying_gives_back_the_other_calls_items_in_order(m, dae
     # head, in their order; the one being decoded when Ctrl-C came is lost
     # with it, as a get made alone would be.
     assert q.get_many(10) == ["one", "three", "four", "after"]
+
+
+@pytest.mark.parametrize("where", ["get_nowait", "acquire"])
+def test_ctrl_c_before_a_replayed_call_took_its_answer_gives_it_back(m, monkeypatch, where):
+    """Ctrl-C at the start of a call's replay, before it took its answer:
+    nothing has that grant but the reply, so it is given back with the
+    others'."""
+    from syncmgr import _pipeline, _proxies
+
+    q, lock = m.Queue(), m.Lock()
+    q.put("a")
+    q.put("b")
+    cls = _proxies.QueueProxy if where == "get_nowait" else _proxies.AcquirerProxy
+    orig = getattr(cls, where)
+
+    def interrupted(self, *args, **kwargs):
+        if isinstance(self.__dict__.get("_client"), _pipeline._Replay):
+            raise KeyboardInterrupt
+        return orig(self, *args, **kwargs)
+
+    monkeypatch.setattr(cls, where, interrupted)
+    p = m.pipeline()
+    p(q).get_nowait()
+    p(lock).acquire(timeout=1)
+    with pytest.raises(KeyboardInterrupt):
+        p.execute()
+    monkeypatch.undo()
+    assert q.get_many(10) == ["a", "b"]
+    assert lock.acquire(False) is True
+    lock.release()
