@@ -363,15 +363,13 @@ func (r *Ring) Lock(gone func(slot uint32) bool) error {
 	for i := 0; ; i++ {
 		x := atomic.LoadUint64(w)
 		if x == 0 {
-			r.daemon.Add(1)
-			if atomic.CompareAndSwapUint64(w, 0, uint64(LatchDaemon)) {
+			if r.claim(0) {
 				// A journal under a free latch was left by an op whose
 				// latch was taken over (its session ended while its
 				// process lived on): it committed nothing.
 				atomic.StoreUint64(r.word(ringOffJOp), 0)
 				return nil
 			}
-			r.daemon.Add(-1)
 			continue
 		}
 		if i < 100 {
@@ -393,13 +391,9 @@ func (r *Ring) Lock(gone func(slot uint32) bool) error {
 				}
 				r.daemon.Add(-1)
 			}
-		case waited > time.Millisecond && (x > uint64(MaxSlot) || gone(uint32(x))):
-			r.daemon.Add(1)
-			if atomic.CompareAndSwapUint64(w, x, uint64(LatchDaemon)) {
-				r.repair(x)
-				return nil
-			}
-			r.daemon.Add(-1)
+		case waited > time.Millisecond && (x > uint64(MaxSlot) || gone(uint32(x))) && r.claim(x):
+			r.repair(x)
+			return nil
 		}
 		if waited > LatchWait {
 			r.exit()
@@ -407,6 +401,26 @@ func (r *Ring) Lock(gone func(slot uint32) bool) error {
 		}
 		time.Sleep(50 * time.Microsecond)
 	}
+}
+
+// claim sets the latch from held (0: free; a slot whose op is abandoned)
+// to LatchDaemon, and reports whether it did. A daemon goroutine that
+// claims is counted in r.daemon from before its compare-and-swap until it
+// lets go (release), so a LatchDaemon value with none counted is a
+// client's (Lock).
+func (r *Ring) claim(held uint64) bool {
+	r.daemon.Add(1)
+	if atomic.CompareAndSwapUint64(r.word(ringOffLatch), held, uint64(LatchDaemon)) {
+		return true
+	}
+	r.daemon.Add(-1)
+	return false
+}
+
+// release lets go of a latch the daemon claimed.
+func (r *Ring) release() {
+	atomic.StoreUint64(r.word(ringOffLatch), 0)
+	r.daemon.Add(-1)
 }
 
 // Unlock lets go of the daemon's latch; when the op changed the ring it
@@ -423,8 +437,7 @@ func (r *Ring) unlock(changed bool, own uint32) {
 	if changed {
 		atomic.AddUint64(r.word(ringOffSeq), 1)
 	}
-	atomic.StoreUint64(r.word(ringOffLatch), 0)
-	r.daemon.Add(-1)
+	r.release()
 	if changed && atomic.LoadUint32((*uint32)(unsafe.Pointer(&r.mem[ringOffWaiters]))) > own {
 		WakeAll(r.word(ringOffSeq))
 	}
@@ -439,13 +452,11 @@ func (r *Ring) ReleaseLatch(slot uint32) bool {
 		return false
 	}
 	defer r.exit()
-	r.daemon.Add(1)
-	held := atomic.CompareAndSwapUint64(r.word(ringOffLatch), uint64(slot), uint64(LatchDaemon))
+	held := r.claim(uint64(slot))
 	if held {
 		r.repair(uint64(slot))
-		atomic.StoreUint64(r.word(ringOffLatch), 0)
+		r.release()
 	}
-	r.daemon.Add(-1)
 	if slot < RingSlots {
 		// Both counts are data: the slot's is taken off the total in one
 		// step, never below zero, however large a scribble made either.
@@ -710,12 +721,10 @@ func (r *Ring) Trim(idle uint32) (seq uint32, punched bool, err error) {
 	if seq != idle {
 		return seq, false, nil
 	}
-	r.daemon.Add(1)
-	defer r.daemon.Add(-1)
-	if !atomic.CompareAndSwapUint64(r.word(ringOffLatch), 0, uint64(LatchDaemon)) {
+	if !r.claim(0) {
 		return seq, false, nil
 	}
-	defer atomic.StoreUint64(r.word(ringOffLatch), 0)
+	defer r.release()
 	tp, _ := r.tail()
 	hp, _ := r.head()
 	if tp != hp || r.cap <= RingHot {
