@@ -19,7 +19,7 @@ import pytest
 
 import syncmgr
 import syncmgr.aio as aio
-from syncmgr import _fast
+from syncmgr import _aio_transport, _fast
 
 FAST = os.environ.get("SYNCMGR_FASTPATH", "1") != "0" and _fast._ext is not None
 
@@ -474,7 +474,7 @@ def test_closed_loops_connections_are_let_go(m):
     ev = m.Event()
     for _ in range(5):
         run(ev.aio.wait(0))
-    assert len(aio._clients) == 1
+    assert len(_aio_transport._clients) == 1
 
 
 def test_condition_wait_cancelled_twice_while_taking_its_lock_back_keeps_it(daemon, m):
