@@ -410,7 +410,7 @@ func (c *conn) dispatch(req *wire.Request) {
 		c.reply(req.ID, nil, manager.ErrShutdown)
 		return
 	}
-	if run, ok := req.Args[wire.ArgRun]; ok && run != c.srv.runID {
+	if run, ok := req.Args.Lookup(wire.ArgRun); ok && run != c.srv.runID {
 		// State got under an earlier run is gone; acting on whatever now
 		// has the same name (a lock someone else holds) would be wrong.
 		c.reply(req.ID, nil, wire.Errorf(wire.CodeServerRestarted,
@@ -424,7 +424,7 @@ func (c *conn) dispatch(req *wire.Request) {
 		return
 	}
 	c.cur = opLabel{kind: o.kind, op: o.name}
-	c.cur.name, _ = req.Args[wire.ArgName].(string)
+	c.cur.name, _ = req.Args.Get(wire.ArgName).(string)
 	if o.fn != nil {
 		res, err := o.fn(c, req.ID, req.Args)
 		c.reply(req.ID, res, err)

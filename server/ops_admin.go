@@ -63,7 +63,7 @@ func opCreate(c *conn, _ uint64, a wire.Args) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if v, given := a[wire.ArgName]; given && v == "" {
+	if v, given := a.Lookup(wire.ArgName); given && v == "" {
 		return nil, manager.ValidateName("") // an empty name is a bad name, not a request for an anonymous object
 	}
 	var p manager.Params
@@ -76,7 +76,7 @@ func opCreate(c *conn, _ uint64, a wire.Args) (any, error) {
 		if p.Typecode, err = a.String(wire.ArgTypecode); err != nil {
 			return nil, err
 		}
-		p.Initial = a[wire.ArgValue]
+		p.Initial = a.Get(wire.ArgValue)
 	case manager.KindQueue, manager.KindJoinableQueue:
 		if p.MaxSize, err = a.Int(wire.ArgMaxSize, 0); err != nil {
 			return nil, err

@@ -180,7 +180,7 @@ func containerOps(t *opTable) {
 			return nil, err
 		}
 		var version *uint64
-		if a[wire.ArgVersion] != nil {
+		if a.Get(wire.ArgVersion) != nil {
 			v, err := a.Uint(wire.ArgVersion, 0)
 			if err != nil {
 				return nil, err

@@ -59,10 +59,10 @@ func syncOps(t *opTable) {
 
 	value := []string{wire.KindValue}
 	t.objectOp(f, value, wire.OpGet, withObj(func(c *conn, v *manager.Value, a wire.Args) (any, error) { return v.Get(), nil }), nil)
-	t.objectOp(f, value, wire.OpSet, withObj(func(c *conn, v *manager.Value, a wire.Args) (any, error) { return nil, v.Set(a[wire.ArgValue]) }), nil)
-	t.objectOp(f, value, wire.OpAdd, withObj(func(c *conn, v *manager.Value, a wire.Args) (any, error) { return v.Add(a[wire.ArgDelta]) }), nil)
+	t.objectOp(f, value, wire.OpSet, withObj(func(c *conn, v *manager.Value, a wire.Args) (any, error) { return nil, v.Set(a.Get(wire.ArgValue)) }), nil)
+	t.objectOp(f, value, wire.OpAdd, withObj(func(c *conn, v *manager.Value, a wire.Args) (any, error) { return v.Add(a.Get(wire.ArgDelta)) }), nil)
 	t.objectOp(f, value, wire.OpCAS, withObj(func(c *conn, v *manager.Value, a wire.Args) (any, error) {
-		return v.CompareAndSet(a[wire.ArgExpected], a[wire.ArgNew])
+		return v.CompareAndSet(a.Get(wire.ArgExpected), a.Get(wire.ArgNew))
 	}), nil)
 }
 

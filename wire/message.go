@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -18,10 +19,62 @@ type Request struct {
 	Args Args
 }
 
-// Args are a request's arguments. Values are scalars only: nil, bool, int64,
-// uint64, float64, string or []byte. Keeping them flat means a hostile frame
-// cannot make the decoder recurse.
-type Args map[string]any
+// Args are a request's arguments, in the order its frame gave them. Values
+// are scalars only: nil, bool, int64, uint64, float64, string or []byte.
+// Keeping them flat means a hostile frame cannot make the decoder recurse.
+//
+// They are a slice, not a map: a request carries a handful, which a scan
+// finds sooner than a hash does, and a map cost the decoder two
+// allocations and a hash per key on every request the daemon serves. A key
+// given twice counts as a map's would: the last one given.
+type Args []Arg
+
+// Arg is one argument: its key, as the frame spelled it (a sub-slice of the
+// request's body, read only), and its value.
+type Arg struct {
+	key []byte
+	Val any
+}
+
+// ArgsOf returns m's entries as Args, in the order of their keys: requests
+// the daemon did not decode (its tests, a client's own).
+func ArgsOf(m map[string]any) Args {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	a := make(Args, 0, len(m))
+	for _, k := range keys {
+		a = append(a, Arg{key: []byte(k), Val: m[k]})
+	}
+	return a
+}
+
+// Lookup returns the value of key and whether the request gave it.
+func (a Args) Lookup(key string) (any, bool) {
+	for i := len(a) - 1; i >= 0; i-- {
+		if string(a[i].key) == key {
+			return a[i].Val, true
+		}
+	}
+	return nil, false
+}
+
+// Get returns the value of key, or nil when the request did not give it.
+func (a Args) Get(key string) any {
+	v, _ := a.Lookup(key)
+	return v
+}
+
+// Map returns the arguments as a map (a key given twice: the last value).
+func (a Args) Map() map[string]any {
+	m := make(map[string]any, len(a))
+	for _, x := range a {
+		m[string(x.key)] = x.Val
+	}
+	return m
+}
 
 // MaxArgs is the largest number of arguments a request may carry.
 const MaxArgs = 64
@@ -312,7 +365,7 @@ func Unmarshal(b []byte, v any) error {
 
 // String returns a required string argument.
 func (a Args) String(key string) (string, error) {
-	switch v := a[key].(type) {
+	switch v := a.Get(key).(type) {
 	case string:
 		return v, nil
 	case nil:
@@ -324,7 +377,7 @@ func (a Args) String(key string) (string, error) {
 
 // OptString returns a string argument or "" when absent or nil.
 func (a Args) OptString(key string) (string, error) {
-	if a[key] == nil {
+	if a.Get(key) == nil {
 		return "", nil
 	}
 	return a.String(key)
@@ -332,7 +385,7 @@ func (a Args) OptString(key string) (string, error) {
 
 // Bytes returns a required bin argument.
 func (a Args) Bytes(key string) ([]byte, error) {
-	switch v := a[key].(type) {
+	switch v := a.Get(key).(type) {
 	case []byte:
 		return v, nil
 	case nil:
@@ -344,7 +397,7 @@ func (a Args) Bytes(key string) ([]byte, error) {
 
 // Bool returns a bool argument, or def when absent or nil.
 func (a Args) Bool(key string, def bool) (bool, error) {
-	switch v := a[key].(type) {
+	switch v := a.Get(key).(type) {
 	case bool:
 		return v, nil
 	case nil:
@@ -356,7 +409,7 @@ func (a Args) Bool(key string, def bool) (bool, error) {
 
 // Int returns an integer argument, or def when absent or nil.
 func (a Args) Int(key string, def int64) (int64, error) {
-	switch v := a[key].(type) {
+	switch v := a.Get(key).(type) {
 	case int64:
 		return v, nil
 	case uint64:
@@ -373,7 +426,7 @@ func (a Args) Int(key string, def int64) (int64, error) {
 
 // Uint returns an unsigned integer argument, or def when absent or nil.
 func (a Args) Uint(key string, def uint64) (uint64, error) {
-	switch v := a[key].(type) {
+	switch v := a.Get(key).(type) {
 	case uint64:
 		return v, nil
 	case int64:
@@ -392,7 +445,7 @@ func (a Args) Uint(key string, def uint64) (uint64, error) {
 // absent or nil (wait forever). Negative, NaN and infinite values are a
 // value_error.
 func (a Args) Timeout() (secs float64, ok bool, err error) {
-	switch v := a["timeout"].(type) {
+	switch v := a.Get(ArgTimeout).(type) {
 	case nil:
 		return 0, false, nil
 	case int64:

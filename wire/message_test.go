@@ -79,15 +79,15 @@ func TestRequestRoundTrip(t *testing.T) {
 		id   uint64
 		op   string
 		args map[string]any
-		want Args
+		want map[string]any
 	}{
-		{0, "ping", nil, Args{}},
-		{1, "ping", map[string]any{}, Args{}},
-		{math.MaxUint64, "create", map[string]any{"kind": "lock", "name": "a"}, Args{"kind": "lock", "name": "a"}},
+		{0, "ping", nil, map[string]any{}},
+		{1, "ping", map[string]any{}, map[string]any{}},
+		{math.MaxUint64, "create", map[string]any{"kind": "lock", "name": "a"}, map[string]any{"kind": "lock", "name": "a"}},
 		{7, "set", map[string]any{
 			"nil": nil, "t": true, "f": false, "neg": int64(-5), "small": 3, "big": uint64(math.MaxUint64),
 			"float": 1.5, "f32": float32(0.25), "str": "héllo", "bin": []byte{0, 1, 2}, "empty": []byte{},
-		}, Args{
+		}, map[string]any{
 			"nil": nil, "t": true, "f": false, "neg": int64(-5), "small": int64(3), "big": uint64(math.MaxUint64),
 			"float": 1.5, "f32": 0.25, "str": "héllo", "bin": []byte{0, 1, 2}, "empty": []byte{},
 		}},
@@ -106,10 +106,32 @@ func TestRequestRoundTrip(t *testing.T) {
 			if req.ID != tt.id || req.Op != tt.op {
 				t.Fatalf("got id %d op %q", req.ID, req.Op)
 			}
-			if !reflect.DeepEqual(req.Args, tt.want) {
+			if !reflect.DeepEqual(req.Args.Map(), tt.want) {
 				t.Fatalf("args:\n got %#v\nwant %#v", req.Args, tt.want)
 			}
 		})
+	}
+}
+
+// A key given twice counts once, with its last value, as the map it is
+// on the wire would: the reference decoder (msgpack's) does the same.
+func TestRequestArgGivenTwice(t *testing.T) {
+	body := []byte{0x93, 0x01, 0xa1, 'x', 0x83, 0xa1, 'k', 0x01, 0xa4, 'n', 'a', 'm', 'e', 0xa1, 'q', 0xa1, 'k', 0x02}
+	req, err := DecodeRequest(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := req.Args.Lookup("k"); !ok || v != int64(2) {
+		t.Fatalf("k = %v, %v; want the last value, 2", v, ok)
+	}
+	if name, _ := req.Args.String("name"); name != "q" {
+		t.Fatalf("name = %q", name)
+	}
+	if v, ok := req.Args.Lookup("absent"); ok || v != nil {
+		t.Fatalf("absent = %v, %v", v, ok)
+	}
+	if m := req.Args.Map(); len(m) != 2 || m["k"] != int64(2) {
+		t.Fatalf("Map() = %v", m)
 	}
 }
 
@@ -289,8 +311,8 @@ func TestErrorIs(t *testing.T) {
 }
 
 func TestArgAccessors(t *testing.T) {
-	a := Args{"s": "str", "b": []byte("bin"), "t": true, "i": int64(-3), "u": uint64(4), "big": uint64(math.MaxUint64),
-		"f": 1.5, "nil": nil}
+	a := ArgsOf(map[string]any{"s": "str", "b": []byte("bin"), "t": true, "i": int64(-3), "u": uint64(4),
+		"big": uint64(math.MaxUint64), "f": 1.5, "nil": nil})
 	code := func(err error) Code {
 		var we *Error
 		if errors.As(err, &we) {
@@ -380,7 +402,7 @@ func TestTimeout(t *testing.T) {
 		t.Run(fmt.Sprint(tt.in), func(t *testing.T) {
 			args := Args{}
 			if tt.in != nil {
-				args["timeout"] = tt.in
+				args = ArgsOf(map[string]any{"timeout": tt.in})
 			}
 			secs, ok, err := args.Timeout()
 			var we *Error

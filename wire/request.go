@@ -14,9 +14,9 @@ import (
 // decoder, which the replies and the handshake keep: a request is decoded
 // for every op the daemon serves, and the decoder's reader, its pooled
 // state and a fresh string for every key cost more than the op itself for
-// the socket path's cheapest ops. Keys, ops and kinds that are wire names
-// (names.go) are the package's own strings, not copies; bins are
-// sub-slices of the body. What it accepts and returns is the msgpack
+// the socket path's cheapest ops. Ops and string values that are wire
+// names (names.go) are the package's own strings, not copies; keys and
+// bins are sub-slices of the body, and the arguments a slice (Args). What it accepts and returns is the msgpack
 // decoder's (the tests hold it to that decoder, fuzzed).
 func DecodeRequest(body []byte) (Request, error) {
 	var req Request
@@ -216,17 +216,16 @@ func (r *reader) args() (Args, error) {
 		return nil, fmt.Errorf("%w: args must be a map of at most %d entries", ErrMalformed, MaxArgs)
 	}
 	args := make(Args, n)
-	for range n {
-		kb, err := r.str()
+	for i := range args {
+		k, err := r.str()
 		if err != nil {
 			return nil, fmt.Errorf("%w: arg key: %v", ErrMalformed, err)
 		}
-		k := intern(kb)
 		v, err := r.scalar()
 		if err != nil {
 			return nil, fmt.Errorf("%w: arg %q: %v", ErrMalformed, k, err)
 		}
-		args[k] = v
+		args[i] = Arg{key: k, Val: v}
 	}
 	return args, nil
 }
@@ -286,7 +285,7 @@ func (r *reader) scalar() (any, error) {
 }
 
 // intern returns the package's own string for a wire name (names.go), and
-// a copy of b for any other.
+// a copy of b for any other: a request's op.
 func intern(b []byte) string {
 	if s, ok := interned[string(b)]; ok {
 		return s
