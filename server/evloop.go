@@ -143,6 +143,7 @@ type loopConn struct {
 	corked   bool
 	out      []outChunk
 	outBytes int
+	unsealed int // chunks in out with plaintext still to seal (TLS)
 	interest uint32
 	progress time.Time // the last write that moved output on
 	stall    *time.Timer
@@ -154,9 +155,16 @@ type loopConn struct {
 // outChunk is a reply waiting in a connection's output queue.
 type outChunk struct {
 	bufs [][]byte
-	fd   int        // a descriptor to pass with the first byte, or -1; owned by the chunk
-	done func(bool) // told whether the reply reached the socket; may be nil
+	// plain: a large TLS reply's plaintext not sealed yet; bufs holds the
+	// records of the piece sealed last (evloop_tls.go, sealNext).
+	plain [][]byte
+	fd    int        // a descriptor to pass with the first byte, or -1; owned by the chunk
+	done  func(bool) // told whether the reply reached the socket; may be nil
 }
+
+// simple reports whether ch is bytes ready to write and nothing more: no
+// descriptor to pass, no plaintext to seal.
+func (ch *outChunk) simple() bool { return ch.fd < 0 && len(ch.plain) == 0 }
 
 // eventLoops starts the server's event loops on first use.
 func (s *Server) eventLoops() []*evLoop {
@@ -734,7 +742,7 @@ func (c *conn) feed(p []byte) error {
 			// A client that pipelines and does not read: its next
 			// requests wait, kept here, until its replies drain, so what
 			// one read brings cannot make replies without bound (over TLS
-			// each is sealed at once into a copy of its bytes).
+			// each small one is sealed at once into a copy of its bytes).
 			lp.rest = bytes.Clone(p)
 			return nil
 		}
@@ -798,8 +806,18 @@ func (l *evLoop) flush(c *conn) bool {
 		return false
 	}
 	var failed error
-	for len(lp.out) > 0 {
-		if len(lp.out) > 1 && lp.out[0].fd < 0 && lp.out[1].fd < 0 {
+	for sealed := 0; len(lp.out) > 0; {
+		if ch := &lp.out[0]; len(ch.bufs) == 0 && len(ch.plain) > 0 {
+			if sealed == sealTurn {
+				break // the socket is still writable: the loop comes back to it next round
+			}
+			if err := lp.sealNext(ch); err != nil {
+				failed = err
+				break
+			}
+			sealed++
+		}
+		if len(lp.out) > 1 && lp.out[0].simple() && lp.out[1].simple() {
 			// Replies with no descriptor to pass: as many as one writev takes.
 			n, again, err := lp.writeChunks(&done)
 			lp.wrote(n)
@@ -825,6 +843,9 @@ func (l *evLoop) flush(c *conn) bool {
 		}
 		if len(ch.bufs) > 0 {
 			break
+		}
+		if len(ch.plain) > 0 {
+			continue // its next piece
 		}
 		done = append(done, *ch)
 		lp.out = lp.out[1:]
@@ -858,14 +879,14 @@ func (lp *loopConn) wrote(n int) {
 func (lp *loopConn) writeChunks(done *[]outChunk) (n int, again bool, err error) {
 	var all [][]byte
 	for i := range lp.out {
-		if lp.out[i].fd >= 0 || i > 0 && len(all)+len(lp.out[i].bufs) > maxIOV {
+		if !lp.out[i].simple() || i > 0 && len(all)+len(lp.out[i].bufs) > maxIOV {
 			break
 		}
 		all = append(all, lp.out[i].bufs...)
 	}
 	n, again, errno := writevNB(uintptr(lp.fd), &all)
 	left := n
-	for len(lp.out) > 0 && lp.out[0].fd < 0 {
+	for len(lp.out) > 0 && lp.out[0].simple() {
 		ch := &lp.out[0]
 		size := 0
 		for _, b := range ch.bufs {

@@ -305,9 +305,9 @@ func tcpLoopConn(t *testing.T, overTLS bool) (net.Conn, *conn) {
 
 // A client that pipelines gets of a large value and does not read, over
 // TCP and TLS: its loop runs its requests only while less than outLimit
-// bytes of replies wait for it (over TLS each reply is sealed at once, a
-// copy of its bytes), keeps the rest of what it read, and runs those as
-// the client reads; every reply comes, in order.
+// bytes of replies wait for it (over TLS each reply of up to sealPiece
+// bytes is sealed at once, a copy of its bytes), keeps the rest of what it
+// read, and runs those as the client reads; every reply comes, in order.
 func TestPipelinedRequestsWaitForTheirReader(t *testing.T) {
 	for _, overTLS := range []bool{false, true} {
 		t.Run(map[bool]string{false: "tcp", true: "tls"}[overTLS], func(t *testing.T) {
@@ -429,5 +429,79 @@ func TestHeldConnectionIsQueuedOnce(t *testing.T) {
 	l.hold(c)
 	if len(l.again) != 0 || !lp.held {
 		t.Fatalf("backlogged: held %v, queued %d times", lp.held, len(l.again))
+	}
+}
+
+// A large reply over TLS to a client that does not read yet is sealed a
+// piece at a time as its socket drains: what waits sealed is never more
+// than one piece's records (it was the whole reply, a second copy of it),
+// a reply sealed after it (a parked get's, answered meanwhile) waits
+// behind it as plaintext, and both come whole and in order once the
+// client reads.
+func TestLargeTLSReplyIsSealedAsItsSocketDrains(t *testing.T) {
+	nc, c := tcpLoopConn(t, true)
+	lp := c.lp.Load()
+	const size = 32 << 20 // more than the sockets between take
+	value := bytes.Repeat([]byte("0123456789abcdef"), size/16)
+	for i, r := range [][]byte{
+		request(t, 1, "create", map[string]any{"kind": "dict", "name": "d"}),
+		request(t, 2, "set", map[string]any{"kind": "dict", "name": "d", "key": []byte("k"), "kp": []byte("k"), "value": value}),
+		request(t, 3, "create", map[string]any{"kind": "queue", "name": "q"}),
+	} {
+		if _, err := nc.Write(r); err != nil {
+			t.Fatal(err)
+		}
+		if rep := readReply(t, nc); rep.Err != nil {
+			t.Fatalf("request %d: %v", i+1, rep.Err)
+		}
+	}
+	batch := append(request(t, 4, "get", map[string]any{"kind": "queue", "name": "q", "timeout": 20}),
+		request(t, 5, "get", map[string]any{"kind": "dict", "name": "d", "key": []byte("k")})...)
+	if _, err := nc.Write(batch); err != nil {
+		t.Fatal(err)
+	}
+	q, err := c.srv.mgr.Lookup(manager.KindQueue, "q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued := func() int {
+		c.wmu.Lock()
+		defer c.wmu.Unlock()
+		return len(lp.out)
+	}
+	for deadline := time.Now().Add(5 * time.Second); queued() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the large reply was not queued")
+		}
+	}
+	if err := q.(*manager.Queue).Put(context.Background(), []byte("item"), false, 0); err != nil {
+		t.Fatal(err)
+	}
+	most, plain, n := 0, 0, 0
+	for end := time.Now().Add(500 * time.Millisecond); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		c.wmu.Lock()
+		sealed, p := 0, 0
+		for _, ch := range lp.out {
+			for _, b := range ch.bufs {
+				sealed += len(b)
+			}
+			for _, b := range ch.plain {
+				p += len(b)
+			}
+		}
+		most, plain, n = max(most, sealed), p, len(lp.out)
+		c.wmu.Unlock()
+	}
+	if bound := sealPiece + sealOverhead(sealPiece); most > bound {
+		t.Fatalf("%d bytes of sealed records waited for a client that did not read (at most one piece's, %d)", most, bound)
+	}
+	if plain < size/2 || n != 2 {
+		t.Fatalf("%d bytes of plaintext in %d replies waited: the client's socket took the rest, and nothing was tested", plain, n)
+	}
+	if rep := readReply(t, nc); rep.ID != 5 || rep.Err != nil || !bytes.Equal(rep.Result.([]byte), value) {
+		t.Fatalf("the large reply: id %d, error %v", rep.ID, rep.Err)
+	}
+	if rep := readReply(t, nc); rep.ID != 4 || rep.Err != nil || string(rep.Result.([]byte)) != "item" {
+		t.Fatalf("the parked get's reply after it: %+v", rep)
 	}
 }

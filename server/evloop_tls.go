@@ -23,14 +23,22 @@ import (
 //     records the sniffConn keeps (loopState.keep) instead of writing;
 //     they then take the plain path: written at once as far as the socket
 //     takes them, the rest in the connection's output queue with the
-//     reply's grant.
+//     reply's grant. A reply of more than sealPiece bytes is queued as
+//     plaintext and sealed a piece at a time as the socket drains
+//     (sealNext), at most sealTurn pieces per turn of its connection: its
+//     records are never all in memory at once, and sealing 64 MiB (about
+//     50 ms) no longer keeps the loop from its other connections. Records
+//     are sealed in the order they are sent (a record's sequence number is
+//     in its nonce), so while such a reply waits, every later reply waits
+//     as plaintext behind it.
 //   - A TLS 1.3 KeyUpdate with update_requested is answered by crypto/tls
 //     from inside Read, in the loop's goroutine, which does not hold wmu
 //     then (a writer holding wmu may wait for crypto/tls's output lock,
 //     which that Read holds). Its record waits in the sniffConn behind the
 //     records sealed before it and ahead of those sealed after it (all
 //     are sealed under crypto/tls's output lock): the next reply takes it
-//     along, or the loop queues it after the Read.
+//     along, or the loop queues it after the Read, or, while plaintext
+//     waits to be sealed, the next piece sealed takes it along.
 
 // tlsTurn is how many plaintext bytes, and tlsTurnReads how many reads
 // (each at most one record's plaintext), the loop takes from one TLS
@@ -127,6 +135,15 @@ func (s *loopState) kept() bool {
 // maxReused is the largest record buffer kept for the next reply.
 const maxReused = 64 << 10
 
+// sealPiece is the most plaintext sealed at once for a reply, and
+// sealTurn how many pieces one connection's flush seals before the loop
+// turns to its other connections (the socket, still writable, brings it
+// back the next round).
+const (
+	sealPiece = 256 << 10
+	sealTurn  = 2
+)
+
 // sealOverhead bounds what records add to n bytes of plaintext: a 5-byte
 // header, a content type byte and a 16-byte tag per record, and records
 // of at least about 1 KiB (crypto/tls's smallest, while a connection is
@@ -144,6 +161,16 @@ func (lp *loopConn) sendTLSLocked(c *conn, bufs [][]byte, done func(bool)) (queu
 	for _, b := range bufs {
 		size += len(b)
 	}
+	if size > sealPiece || lp.unsealed > 0 {
+		// Sealed as the socket drains, behind what waits (flush, sealNext).
+		lp.out = append(lp.out, outChunk{plain: append([][]byte(nil), bufs...), fd: -1, done: done})
+		lp.unsealed++
+		lp.outBytes += size
+		if !lp.corked {
+			lp.rearm(c)
+		}
+		return true, nil
+	}
 	st.reserve(size + sealOverhead(size))
 	for _, b := range bufs {
 		if _, err := lp.tc.Write(b); err != nil {
@@ -158,14 +185,46 @@ func (lp *loopConn) sendTLSLocked(c *conn, bufs [][]byte, done func(bool)) (queu
 	return queued, err
 }
 
+// sealNext seals the next piece of ch's plaintext, at most sealPiece
+// bytes, into ch.bufs (under c.wmu, ch at the head of the output queue
+// with nothing of it left to write). Records crypto/tls wrote by itself
+// meanwhile (a KeyUpdate's answer, which sendKept leaves while plaintext
+// waits) come first, as they were sealed.
+func (lp *loopConn) sealNext(ch *outChunk) error {
+	lp.st.reserve(sealPiece + sealOverhead(sealPiece))
+	piece := 0
+	for piece < sealPiece && len(ch.plain) > 0 {
+		b := ch.plain[0]
+		k := min(len(b), sealPiece-piece)
+		if _, err := lp.tc.Write(b[:k]); err != nil {
+			return err
+		}
+		piece += k
+		if k == len(b) {
+			ch.plain = ch.plain[1:]
+		} else {
+			ch.plain[0] = b[k:]
+		}
+	}
+	rec := lp.st.take()
+	ch.bufs = [][]byte{rec}
+	lp.outBytes += len(rec) - piece
+	if len(ch.plain) == 0 {
+		lp.unsealed--
+	}
+	return nil
+}
+
 // sendKept queues the records crypto/tls wrote by itself (a KeyUpdate's
-// answer, from Read) that no reply has taken along.
+// answer) that no reply has taken along. While a reply's plaintext waits
+// to be sealed it leaves them: they must go ahead of that reply's next
+// records, and its next piece takes them along (sealNext).
 func (lp *loopConn) sendKept(c *conn) {
 	if !lp.st.kept() {
 		return
 	}
 	c.wmu.Lock()
-	if lp.closed {
+	if lp.closed || lp.unsealed > 0 {
 		c.wmu.Unlock()
 		return
 	}

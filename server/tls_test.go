@@ -306,7 +306,21 @@ func TestTLSKeyUpdateIsAnsweredInOrder(t *testing.T) {
 			t.Fatalf("the parked get got %q, want %q", got.Result, fmt.Sprint(round))
 		}
 	}
-	if n := strings.Count(stderr.String(), "KEYUPDATE"); n != 6 {
-		t.Fatalf("openssl sent %d KeyUpdates, want 6 (%s)", n, stderr.String())
+	// A KeyUpdate while a large reply waits in the daemon as plaintext,
+	// sealed a piece at a time as the client reads it (the client reads
+	// nothing yet): its answer goes out between two pieces, ahead of every
+	// record sealed after it, and the ping's reply, sealed later still,
+	// comes after the large one.
+	big := bytes.Repeat([]byte("0123456789abcdef"), 2<<20) // 32 MiB: more than the sockets between take
+	call(t, other, "put", obj("queue", "K", "item", big))
+	send(100, "get", obj("queue", "K"))
+	keyUpdate()
+	send(101, "ping", nil)
+	if got := recv(100); !bytes.Equal(got.Result.([]byte), big) {
+		t.Fatalf("the large reply came back as %d bytes, not the %d put", len(got.Result.([]byte)), len(big))
+	}
+	recv(101)
+	if n := strings.Count(stderr.String(), "KEYUPDATE"); n != 7 {
+		t.Fatalf("openssl sent %d KeyUpdates, want 7 (%s)", n, stderr.String())
 	}
 }
