@@ -145,8 +145,9 @@ const (
 )
 
 // wireNames are every name above: DecodeRequest hands these strings out
-// for a request's op, its keys and its kind values instead of copies of
-// the frame's bytes (a test checks that the list has them all).
+// for a request's op and for string values that are wire names (its kind)
+// instead of copies of the frame's bytes (a test checks that the list has
+// them all); keys it compares in place.
 var wireNames = [...]string{
 	KindLock, KindRLock, KindSemaphore, KindBoundedSemaphore, KindEvent, KindValue, KindQueue,
 	KindJoinableQueue, KindCondition, KindBarrier, KindDict, KindList, KindNamespace, OpPing, OpCreate,
