@@ -563,10 +563,10 @@ func (l *evLoop) readable(c *conn) {
 			break // once per readiness; or with requests left to run
 		}
 		// A read that left records of crypto/tls's own (a KeyUpdate's
-		// answer) ends the turn too: one Read may take up to 16 records
-		// that carry no data.
+		// answer) to send ends the turn too: one Read may take up to 16
+		// records that carry no data.
 		turn += n
-		if lp.backlogged(c) || turn >= tlsTurn || reads+1 >= tlsTurnReads || lp.st.kept() {
+		if lp.backlogged(c) || turn >= tlsTurn || reads+1 >= tlsTurnReads || lp.keptToSend(c) {
 			l.hold(c)
 			break
 		}
@@ -808,14 +808,15 @@ func (l *evLoop) flush(c *conn) bool {
 	var failed error
 	for sealed := 0; len(lp.out) > 0; {
 		if ch := &lp.out[0]; len(ch.bufs) == 0 && len(ch.plain) > 0 {
-			if sealed == sealTurn {
+			if sealed >= sealTurn {
 				break // the socket is still writable: the loop comes back to it next round
 			}
-			if err := lp.sealNext(ch); err != nil {
+			n, err := lp.sealAhead(sealTurn - sealed)
+			if err != nil {
 				failed = err
 				break
 			}
-			sealed++
+			sealed += n
 		}
 		if len(lp.out) > 1 && lp.out[0].simple() && lp.out[1].simple() {
 			// Replies with no descriptor to pass: as many as one writev takes.

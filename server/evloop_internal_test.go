@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -503,5 +504,51 @@ func TestLargeTLSReplyIsSealedAsItsSocketDrains(t *testing.T) {
 	}
 	if rep := readReply(t, nc); rep.ID != 4 || rep.Err != nil || string(rep.Result.([]byte)) != "item" {
 		t.Fatalf("the parked get's reply after it: %+v", rep)
+	}
+}
+
+// Replies queued behind a large TLS reply, as plaintext, are sealed
+// together once it is, each in a buffer of its own size: 2000 pipelined
+// pings behind a 300 KiB value cost their own bytes, not a 264 KiB buffer
+// each (533 MiB when each was sealed as a piece of its own), and come in
+// order.
+func TestRepliesBehindALargeTLSReplyAreSealedTogether(t *testing.T) {
+	nc, _ := tcpLoopConn(t, true)
+	value := bytes.Repeat([]byte("x"), 300<<10)
+	for i, r := range [][]byte{
+		request(t, 1, "create", map[string]any{"kind": "dict", "name": "d"}),
+		request(t, 2, "set", map[string]any{"kind": "dict", "name": "d", "key": []byte("k"), "kp": []byte("k"), "value": value}),
+	} {
+		if _, err := nc.Write(r); err != nil {
+			t.Fatal(err)
+		}
+		if rep := readReply(t, nc); rep.Err != nil {
+			t.Fatalf("request %d: %v", i+1, rep.Err)
+		}
+	}
+	const pings = 2000
+	batch := request(t, 10, "get", map[string]any{"kind": "dict", "name": "d", "key": []byte("k")})
+	for i := range pings {
+		batch = append(batch, request(t, uint64(100+i), "ping", nil)...)
+	}
+	var m0, m1 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&m0)
+	werr := make(chan error, 1)
+	go func() { _, err := nc.Write(batch); werr <- err }()
+	if rep := readReply(t, nc); rep.ID != 10 || rep.Err != nil || !bytes.Equal(rep.Result.([]byte), value) {
+		t.Fatalf("the large reply: id %d, error %v", rep.ID, rep.Err)
+	}
+	for i := range pings {
+		if rep := readReply(t, nc); rep.ID != uint64(100+i) || rep.Err != nil {
+			t.Fatalf("ping %d: %+v", i, rep)
+		}
+	}
+	runtime.ReadMemStats(&m1)
+	if err := <-werr; err != nil {
+		t.Fatal(err)
+	}
+	if got := m1.TotalAlloc - m0.TotalAlloc; got > 64<<20 {
+		t.Fatalf("%d MiB allocated to answer %d pings behind a 300 KiB reply", got>>20, pings)
 	}
 }

@@ -25,12 +25,14 @@ import (
 //     takes them, the rest in the connection's output queue with the
 //     reply's grant. A reply of more than sealPiece bytes is queued as
 //     plaintext and sealed a piece at a time as the socket drains
-//     (sealNext), at most sealTurn pieces per turn of its connection: its
+//     (sealAhead), at most sealTurn bytes per flush of its connection: its
 //     records are never all in memory at once, and sealing 64 MiB (about
 //     50 ms) no longer keeps the loop from its other connections. Records
 //     are sealed in the order they are sent (a record's sequence number is
 //     in its nonce), so while such a reply waits, every later reply waits
-//     as plaintext behind it.
+//     as plaintext behind it, and is sealed, whole, together with the
+//     replies after it, once the one ahead of it has been (they then go
+//     out in one writev, as before).
 //   - A TLS 1.3 KeyUpdate with update_requested is answered by crypto/tls
 //     from inside Read, in the loop's goroutine, which does not hold wmu
 //     then (a writer holding wmu may wait for crypto/tls's output lock,
@@ -136,12 +138,14 @@ func (s *loopState) kept() bool {
 const maxReused = 64 << 10
 
 // sealPiece is the most plaintext sealed at once for a reply, and
-// sealTurn how many pieces one connection's flush seals before the loop
-// turns to its other connections (the socket, still writable, brings it
-// back the next round).
+// sealTurn how many bytes of plaintext one flush of a connection seals
+// before the loop turns to its other connections (the socket, still
+// writable, brings it back the next round). A reply counts as at least
+// sealSmall, so a flush seals at most sealTurn/sealSmall replies.
 const (
 	sealPiece = 256 << 10
-	sealTurn  = 2
+	sealTurn  = 2 * sealPiece
+	sealSmall = 1 << 10
 )
 
 // sealOverhead bounds what records add to n bytes of plaintext: a 5-byte
@@ -162,7 +166,7 @@ func (lp *loopConn) sendTLSLocked(c *conn, bufs [][]byte, done func(bool)) (queu
 		size += len(b)
 	}
 	if size > sealPiece || lp.unsealed > 0 {
-		// Sealed as the socket drains, behind what waits (flush, sealNext).
+		// Sealed as the socket drains, behind what waits (flush, sealAhead).
 		lp.out = append(lp.out, outChunk{plain: append([][]byte(nil), bufs...), fd: -1, done: done})
 		lp.unsealed++
 		lp.outBytes += size
@@ -185,19 +189,53 @@ func (lp *loopConn) sendTLSLocked(c *conn, bufs [][]byte, done func(bool)) (queu
 	return queued, err
 }
 
+// sealAhead seals, in the queue's order, the next piece of the plaintext
+// at the head of c's output queue (whose sealed bytes are all written),
+// and once that reply is sealed whole, the replies after it, until budget
+// bytes of plaintext are sealed (under c.wmu). Each reply's records go in
+// its own chunk, which is then ready to write with the others. It returns
+// the plaintext bytes sealed, each reply counting as at least sealSmall.
+func (lp *loopConn) sealAhead(budget int) (int, error) {
+	done := 0
+	for i := range lp.out {
+		ch := &lp.out[i]
+		if len(ch.plain) == 0 {
+			continue // sealed already (only ever ahead of the first with plaintext)
+		}
+		if done >= budget {
+			break
+		}
+		n, err := lp.sealNext(ch)
+		if err != nil {
+			return done, err
+		}
+		done += max(n, sealSmall)
+		if len(ch.plain) > 0 {
+			break // the rest of it when this piece is written
+		}
+	}
+	return done, nil
+}
+
 // sealNext seals the next piece of ch's plaintext, at most sealPiece
-// bytes, into ch.bufs (under c.wmu, ch at the head of the output queue
-// with nothing of it left to write). Records crypto/tls wrote by itself
-// meanwhile (a KeyUpdate's answer, which sendKept leaves while plaintext
-// waits) come first, as they were sealed.
-func (lp *loopConn) sealNext(ch *outChunk) error {
-	lp.st.reserve(sealPiece + sealOverhead(sealPiece))
+// bytes, into ch.bufs (under c.wmu; every reply ahead of ch sealed, and
+// nothing of ch left to write), and returns the plaintext bytes sealed.
+// Records crypto/tls wrote by itself meanwhile (a KeyUpdate's answer,
+// which sendKept leaves while plaintext waits) come first, as they were
+// sealed.
+func (lp *loopConn) sealNext(ch *outChunk) (int, error) {
+	left := 0
+	for _, b := range ch.plain {
+		left += len(b)
+	}
+	left = min(left, sealPiece)
+	lp.st.reserve(left + sealOverhead(left))
 	piece := 0
 	for piece < sealPiece && len(ch.plain) > 0 {
 		b := ch.plain[0]
 		k := min(len(b), sealPiece-piece)
 		if _, err := lp.tc.Write(b[:k]); err != nil {
-			return err
+			return piece, err
 		}
 		piece += k
 		if k == len(b) {
@@ -212,7 +250,19 @@ func (lp *loopConn) sealNext(ch *outChunk) error {
 	if len(ch.plain) == 0 {
 		lp.unsealed--
 	}
-	return nil
+	return piece, nil
+}
+
+// keptToSend reports whether records crypto/tls wrote by itself wait for
+// sendKept to queue them: not while plaintext waits to be sealed, whose
+// next piece takes them along.
+func (lp *loopConn) keptToSend(c *conn) bool {
+	if !lp.st.kept() {
+		return false
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return lp.unsealed == 0
 }
 
 // sendKept queues the records crypto/tls wrote by itself (a KeyUpdate's
