@@ -102,12 +102,13 @@ func holdEnds(log zerolog.Logger, m *metrics.Metrics) func(manager.HoldEnd) {
 		if !h.SessionEnded {
 			return
 		}
-		m.DeadHolderRelease(kind)
 		ev := log.Info().Str("kind", kind).Str("name", h.Name).Uint64("session", h.Session.ID).Int("pid", h.Session.PID).
 			Str("label", h.Label)
 		if h.Held >= 0 {
 			ev = ev.Float64("held_seconds", h.Held.Seconds())
 		}
 		ev.Msg("released a hold of a client that went away")
+		// Counted once logged: whoever sees the count move finds the line.
+		m.DeadHolderRelease(kind)
 	}
 }
