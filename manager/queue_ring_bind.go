@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"runtime"
 	"time"
 
 	"github.com/syncmgr/syncmgr/statemem"
@@ -200,6 +201,34 @@ func (q *Queue) RingPassed(slot Slot) {
 	if qr.wn > 0 {
 		qr.startWatch(qr.r.Seq())
 	}
+}
+
+// Busy reports whether an op on q would wait now for another holder: its
+// mutex, or its ring's latch, held throughout spin (an op holds either
+// for moments; one held longer is a descheduled, stopped or misbehaving
+// holder, which the op would wait out for up to statemem.LatchWait).
+func (q *Queue) Busy(spin time.Duration) bool {
+	if q.free() {
+		return false
+	}
+	deadline := time.Now().Add(spin)
+	for time.Now().Before(deadline) {
+		runtime.Gosched()
+		if q.free() {
+			return false
+		}
+	}
+	return true
+}
+
+// free reports whether q's mutex and its ring's latch are free now.
+func (q *Queue) free() bool {
+	if !q.mu.TryLock() {
+		return false
+	}
+	qr, _ := q.store.(*ringStore)
+	q.mu.Unlock()
+	return qr == nil || !qr.r.Latched()
 }
 
 // HasRing reports whether the session in slot was given q's ring and

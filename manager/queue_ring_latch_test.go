@@ -162,3 +162,33 @@ func TestTaskCountsWaitOutAHeldLatch(t *testing.T) {
 		t.Fatalf("join: %v, %v", ok, err)
 	}
 }
+
+// Busy tells a queue whose ring latch a client holds, or whose mutex a
+// daemon op holds, past the spin, from a free one.
+func TestQueueBusy(t *testing.T) {
+	m, _ := fastManager(t)
+	holder := newSession(t, m)
+	if !m.AttachFastPath(holder) {
+		t.Fatal("attach")
+	}
+	q := ringQueue(t, m, "q", 0)
+	const spin = 100 * time.Microsecond
+	if q.Busy(spin) {
+		t.Fatal("a free queue is busy")
+	}
+	word := ringWords(t, q.Ring())
+	atomic.StoreUint64(word(ringOffLatch), uint64(holder.Slot()))
+	if !q.Busy(spin) {
+		t.Fatal("a queue whose latch a client holds is not busy")
+	}
+	atomic.StoreUint64(word(ringOffLatch), 0)
+	if q.Busy(spin) {
+		t.Fatal("a queue whose latch was let go is busy")
+	}
+	q.mu.Lock()
+	busy := q.Busy(spin)
+	q.mu.Unlock()
+	if !busy {
+		t.Fatal("a queue whose mutex is held is not busy")
+	}
+}

@@ -425,6 +425,15 @@ func (c *conn) dispatch(req *wire.Request) {
 	}
 	c.cur = opLabel{kind: o.kind, op: o.name}
 	c.cur.name, _ = req.Args.Get(wire.ArgName).(string)
+	if o.family == queueFamily && c.lp.Load() != nil && c.queueBusy(req.Args) &&
+		c.offLoop(func() { c.run(o, req) }) { // (evloop_offloop.go)
+		return
+	}
+	c.run(o, req)
+}
+
+// run executes o, the op req names, and answers it (or parks it).
+func (c *conn) run(o *op, req *wire.Request) {
 	if o.fn != nil {
 		res, err := o.fn(c, req.ID, req.Args)
 		c.reply(req.ID, res, err)

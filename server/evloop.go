@@ -144,6 +144,9 @@ type loopConn struct {
 	out      []outChunk
 	outBytes int
 	unsealed int // chunks in out with plaintext still to seal (TLS)
+	// paused: a request of the connection runs off the loop (offLoop);
+	// nothing more of it is read, or run, until that request is done.
+	paused   bool
 	interest uint32
 	progress time.Time // the last write that moved output on
 	stall    *time.Timer
@@ -368,6 +371,12 @@ func (l *evLoop) run() {
 				}
 			}
 			if ev.Events&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+				if c.lp.Load().isPaused(c) {
+					if ev.Events&(unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+						l.end(c) // (reported whatever the interest: gone, and not to be polled again)
+					}
+					continue
+				}
 				l.readable(c)
 			}
 		}
@@ -493,9 +502,21 @@ func (lp *loopConn) letGo(c *conn) {
 	}
 	c.wmu.Unlock()
 	// Latest first: each undone get puts its item back at the head of its
-	// queue, so the earliest must go back last.
-	for i := len(out) - 1; i >= 0; i-- {
-		out[i].release(false)
+	// queue, so the earliest must go back last. Off the loop: an undo waits
+	// for its queue's ring latch for as long as a live client holds it
+	// (evloop_offloop.go); the session ends after it (serve waits for pwg).
+	release := func() {
+		for i := len(out) - 1; i >= 0; i-- {
+			out[i].release(false)
+		}
+	}
+	if len(out) > 0 && c.addGoroutine() {
+		go func() {
+			defer c.pwg.Done()
+			release()
+		}()
+	} else {
+		release()
 	}
 	c.close()
 	close(lp.ended)
@@ -912,9 +933,12 @@ func (lp *loopConn) writeChunks(done *[]outChunk) (n int, again bool, err error)
 // (under c.wmu): writable while output waits; readable unless outLimit
 // bytes wait. It also keeps the stall timer to the output's state.
 func (lp *loopConn) rearm(c *conn) {
-	want := uint32(unix.EPOLLRDHUP)
-	if lp.outBytes < outLimit {
-		want |= unix.EPOLLIN
+	var want uint32
+	if !lp.paused { // (a paused connection's end is seen when it resumes)
+		want = unix.EPOLLRDHUP
+		if lp.outBytes < outLimit {
+			want |= unix.EPOLLIN
+		}
 	}
 	if len(lp.out) > 0 {
 		want |= unix.EPOLLOUT

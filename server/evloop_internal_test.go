@@ -121,8 +121,14 @@ func TestConnectionMovesIntoALoop(t *testing.T) {
 // authenticated connections. It has one loop; it stops when the test ends.
 func startLoopServer(t *testing.T, minConns int) (*Server, func() net.Conn) {
 	t.Helper()
+	return startLoopServerOn(t, minConns, manager.New(manager.DefaultConfig()))
+}
+
+// startLoopServerOn is startLoopServer serving mgr.
+func startLoopServerOn(t *testing.T, minConns int, mgr *manager.Manager) (*Server, func() net.Conn) {
+	t.Helper()
 	key := []byte("k")
-	srv, err := New(Config{Key: key, Logger: zerolog.Nop(), EventLoops: 1, EventLoopMinConns: minConns}, manager.New(manager.DefaultConfig()))
+	srv, err := New(Config{Key: key, Logger: zerolog.Nop(), EventLoops: 1, EventLoopMinConns: minConns}, mgr)
 	if err != nil {
 		t.Fatal(err)
 	}

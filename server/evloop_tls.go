@@ -285,12 +285,13 @@ func (lp *loopConn) sendKept(c *conn) {
 	}
 }
 
-// backlogged reports whether outLimit bytes of replies wait for c, when
-// the loop stops reading its requests.
+// backlogged reports whether the loop stops reading c's requests: outLimit
+// bytes of replies wait for it, or one of its requests runs off the loop
+// (offLoop).
 func (lp *loopConn) backlogged(c *conn) bool {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	return lp.outBytes >= outLimit
+	return lp.outBytes >= outLimit || lp.paused
 }
 
 // loopTLS returns the tls.Conn and sniffConn of a TLS connection a loop

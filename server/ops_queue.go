@@ -7,9 +7,13 @@ import (
 	"github.com/syncmgr/syncmgr/wire"
 )
 
+// queueFamily names the queue ops' family (which leave an event loop
+// while their queue is busy: evloop_offloop.go).
+const queueFamily = "queue"
+
 // queueOps: Queue and JoinableQueue.
 func queueOps(t *opTable) {
-	const f = "queue"
+	const f = queueFamily
 	t.objectOp(f, queueKinds, wire.OpPut, nil, opPut)
 	t.objectOp(f, queueKinds, wire.OpGet, nil, opGet)
 	t.objectOp(f, queueKinds, wire.OpPutMany, nil, opPutMany)

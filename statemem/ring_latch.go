@@ -23,6 +23,16 @@ var ErrLatchHeld = errors.New("statemem: queue ring's latch held by another clie
 // client, and the daemon's op fails instead of waiting on it for good.
 const LatchWait = 2 * time.Second
 
+// Latched reports whether anyone (a client, or the daemon) holds the
+// latch now; false for a closed ring.
+func (r *Ring) Latched() bool {
+	if !r.enter() {
+		return false
+	}
+	defer r.exit()
+	return atomic.LoadUint64(r.word(ringOffLatch)) != 0
+}
+
 // Lock takes the latch for the daemon. A latch held longer than a moment
 // by a slot for which gone reports true (its session ended, or the value
 // names no session at all) is taken over: every op commits with one store,
