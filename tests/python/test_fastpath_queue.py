@@ -811,3 +811,50 @@ def test_killed_socket_getters_of_a_ring_queue_double_nothing(daemon, monkeypatc
     assert set(got) <= set(range(n))
     lost = n - len(got)
     assert lost <= kills, f"{lost} items lost with {kills} getters killed"
+
+
+def test_a_held_latch_holds_up_its_queue_and_nothing_else(monkeypatch):
+    """A latch kept by a live session (a scribble naming this one, as a
+    stopped process's would): a socket put on that queue waits it out and
+    fails with LimitError, nothing stored, and meanwhile the daemon's event
+    loop, which serves every connection here (--event-loop-min-conns 1),
+    answers the other connections' calls at once; once the latch is let go
+    the queue works."""
+    d = start_daemon("--event-loop-min-conns", "1")
+    try:
+        m = syncmgr.connect(d.address, d.key)
+        q = m.Queue(name="latched")
+        v = m.Value("i", 7)
+        assert _fast.active(q), _fast.reasons
+        monkeypatch.setenv("SYNCMGR_FASTPATH", "0")
+        q_sock = pickle.loads(pickle.dumps(q))  # the same Queue, on the socket path
+        assert not _fast.active(q_sock)
+        ring = _fast.handle(q).ring
+        ring._poke(64, _fast.handle(q).fp.slot)
+        failed: list = []
+
+        def put() -> None:
+            try:
+                q_sock.put_nowait("x")
+            except syncmgr.LimitError as e:
+                failed.append(e)
+
+        t = threading.Thread(target=put)
+        t0 = time.monotonic()
+        t.start()
+        time.sleep(0.2)  # the put waits on the latch
+        waits = []
+        for _ in range(5):
+            s = time.monotonic()
+            assert v.get() == 7
+            waits.append(time.monotonic() - s)
+        assert max(waits) < 0.5, waits  # not behind the put's 2 s
+        t.join(10)
+        assert failed and "latch" in str(failed[0]), failed
+        assert time.monotonic() - t0 >= 1.9
+        ring._poke(64, 0)
+        assert q_sock.qsize() == 0  # the refused put stored nothing
+        q_sock.put("y")
+        assert q.get(timeout=10) == "y"
+    finally:
+        d.close()
