@@ -146,7 +146,13 @@ type loopConn struct {
 	unsealed int // chunks in out with plaintext still to seal (TLS)
 	// paused: a request of the connection runs off the loop (offLoop);
 	// nothing more of it is read, or run, until that request is done.
+	// detached: meanwhile its socket reported a hang-up or an error, which
+	// epoll reports whatever the interest, so it is out of the epoll set
+	// until then. afterOff: what letGo left to run once that request is
+	// done (the undos of its replies: theirs come after its own).
 	paused   bool
+	detached bool
+	afterOff func()
 	interest uint32
 	progress time.Time // the last write that moved output on
 	stall    *time.Timer
@@ -371,9 +377,9 @@ func (l *evLoop) run() {
 				}
 			}
 			if ev.Events&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
-				if c.lp.Load().isPaused(c) {
+				if lp := c.lp.Load(); lp.isPaused(c) {
 					if ev.Events&(unix.EPOLLHUP|unix.EPOLLERR) != 0 {
-						l.end(c) // (reported whatever the interest: gone, and not to be polled again)
+						lp.detach(c) // (its requests still run, and its end is seen, once it resumes)
 					}
 					continue
 				}
@@ -510,12 +516,15 @@ func (lp *loopConn) letGo(c *conn) {
 			out[i].release(false)
 		}
 	}
-	if len(out) > 0 && c.addGoroutine() {
+	switch {
+	case len(out) == 0:
+	case lp.afterOffLoop(c, release): // after the request that runs off the loop, which came last
+	case c.addGoroutine():
 		go func() {
 			defer c.pwg.Done()
 			release()
 		}()
-	} else {
+	default:
 		release()
 	}
 	c.close()
@@ -548,6 +557,12 @@ func (l *evLoop) readable(c *conn) {
 		if err := c.feed(rest); err != nil {
 			c.readFailed(err)
 			l.end(c)
+			return
+		}
+		if lp.rest == nil && lp.backlogged(c) {
+			// The last of them left the loop (offLoop), or left a
+			// megabyte of replies: nothing more is read until then.
+			l.hold(c)
 			return
 		}
 	}
@@ -954,6 +969,9 @@ func (lp *loopConn) rearm(c *conn) {
 		return
 	}
 	lp.interest = want
+	if lp.detached {
+		return // (set when it resumes: offLoop)
+	}
 	if err := unix.EpollCtl(lp.loop.epfd, unix.EPOLL_CTL_MOD, lp.fd, &unix.EpollEvent{Events: want, Fd: int32(lp.fd)}); err != nil {
 		c.log.Warn().Err(err).Msg("epoll_ctl mod")
 	}

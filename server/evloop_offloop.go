@@ -3,6 +3,8 @@ package server
 import (
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/syncmgr/syncmgr/manager"
 	"github.com/syncmgr/syncmgr/wire"
 )
@@ -58,15 +60,56 @@ func (c *conn) offLoop(run func()) bool {
 		run()
 		c.wmu.Lock()
 		lp.paused = false
+		after := lp.afterOff
+		lp.afterOff = nil
 		closed := lp.closed
 		if !closed {
+			if lp.detached {
+				lp.detached = false
+				lp.interest = 0 // (back in the set with none, then as rearm says)
+				if err := unix.EpollCtl(lp.loop.epfd, unix.EPOLL_CTL_ADD, lp.fd,
+					&unix.EpollEvent{Events: 0, Fd: int32(lp.fd)}); err != nil {
+					c.log.Warn().Err(err).Msg("epoll_ctl add")
+				}
+			}
 			lp.rearm(c)
 		}
 		c.wmu.Unlock()
+		if after != nil {
+			after()
+		}
 		if !closed {
-			lp.loop.kick(c) // what it read meanwhile (rest), and what came since
+			lp.loop.kick(c) // what it read meanwhile (rest), what came since, and its end
 		}
 	}()
+	return true
+}
+
+// detach takes a paused connection's socket out of its loop's epoll set:
+// it reported a hang-up or an error, which epoll reports whatever the
+// interest; offLoop puts it back when the request is done, and the loop
+// then reads what the peer sent before it went, and its end.
+func (lp *loopConn) detach(c *conn) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if !lp.paused || lp.closed || lp.detached {
+		return
+	}
+	lp.detached = true
+	_ = unix.EpollCtl(lp.loop.epfd, unix.EPOLL_CTL_DEL, lp.fd, nil)
+}
+
+// afterOffLoop has release, the undos of c's unwritten replies (letGo), run
+// once the request that runs off the loop is done, and reports true; false
+// when none does. That request came after the replies, and its grant's
+// undo, if any, goes first: latest first.
+func (lp *loopConn) afterOffLoop(c *conn, release func()) bool {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if !lp.paused {
+		return false
+	}
+	lp.afterOff = release
 	return true
 }
 

@@ -143,6 +143,142 @@ func TestUndosBehindAHeldLatchLeaveTheLoop(t *testing.T) {
 	}
 }
 
+// A connection's request that was kept as read while one before it ran
+// off the loop, and goes off the loop again in its turn: a request sent
+// after both is answered after both (it was read and run while the
+// second was still off the loop).
+func TestRequestsAfterAnOffLoopOneWaitForIt(t *testing.T) {
+	_, dial, hold := latchServer(t)
+	a := dial()
+	letGo := hold() // held throughout: each put fails after LatchWait
+	defer letGo()
+	batch := append(request(t, 10, "put", map[string]any{"kind": "queue", "name": "q", "item": []byte("a")}),
+		request(t, 11, "put", map[string]any{"kind": "queue", "name": "q", "item": []byte("b")})...)
+	if _, err := a.Write(batch); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // put 10 runs off the loop; put 11 waits in rest
+	if _, err := a.Write(request(t, 12, "ping", nil)); err != nil {
+		t.Fatal(err)
+	}
+	var got []uint64
+	for range 3 {
+		got = append(got, readReply(t, a).ID)
+	}
+	if got[0] != 10 || got[1] != 11 || got[2] != 12 {
+		t.Fatalf("replies in the order %v, want [10 11 12]", got)
+	}
+}
+
+// A Unix client that pipelines requests without replies and closes while
+// the first runs off the loop: every request it sent runs (its socket's
+// hang-up is seen once the first is done), as for a connection not paused.
+func TestAPausedConnectionsEndKeepsItsRequests(t *testing.T) {
+	_, dial, hold := latchServer(t)
+	a, b := dial(), dial()
+	letGo := hold()
+	defer letGo()
+	batch := append(request(t, 0, "put", map[string]any{"kind": "queue", "name": "q", "item": []byte("x")}),
+		request(t, 0, "put", map[string]any{"kind": "queue", "name": "q", "item": []byte("y")})...)
+	if _, err := a.Write(batch); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // put x runs off the loop; put y waits in rest
+	a.Close()
+	time.Sleep(200 * time.Millisecond)
+	letGo()
+	var n int64
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if _, err := b.Write(request(t, 3, "qsize", map[string]any{"kind": "queue", "name": "q"})); err != nil {
+			t.Fatal(err)
+		}
+		rep := readReply(t, b)
+		if rep.Err != nil {
+			t.Fatal(rep.Err)
+		}
+		if n = rep.Result.(int64); n == 2 {
+			return
+		}
+	}
+	t.Fatalf("qsize %d after the client's two puts, want 2", n)
+}
+
+// A connection that ends while a get of its runs off the loop, with the
+// replies of two earlier gets unwritten: the off-loop get's undo, the
+// latest, goes back first, then theirs, so the queue is as it was.
+func TestUndosAfterAnOffLoopGetKeepTheOrder(t *testing.T) {
+	srv, dial, hold := latchServer(t)
+	a, b := dial(), dial()
+	const size = 300 << 10
+	for i := range 4 {
+		if _, err := a.Write(request(t, uint64(10+i), "put", map[string]any{"kind": "queue", "name": "q",
+			"item": bytes.Repeat([]byte{byte('1' + i)}, size)})); err != nil {
+			t.Fatal(err)
+		}
+		if rep := readReply(t, a); rep.Err != nil {
+			t.Fatal(rep.Err)
+		}
+	}
+	gets := append(request(t, 101, "get", map[string]any{"kind": "queue", "name": "q"}),
+		request(t, 102, "get", map[string]any{"kind": "queue", "name": "q"})...)
+	if _, err := a.Write(gets); err != nil {
+		t.Fatal(err)
+	}
+	queued := func() int {
+		srv.mu.Lock()
+		defer srv.mu.Unlock()
+		n := 0
+		for c := range srv.conns {
+			if lp := c.lp.Load(); lp != nil {
+				c.wmu.Lock()
+				n += len(lp.out)
+				c.wmu.Unlock()
+			}
+		}
+		return n
+	}
+	for deadline := time.Now().Add(5 * time.Second); queued() < 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the gets' replies did not both wait in the output")
+		}
+	}
+	letGo := hold()
+	defer letGo()
+	if _, err := a.Write(request(t, 103, "get", map[string]any{"kind": "queue", "name": "q"})); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // get 103 runs off the loop, waiting on the latch
+	a.Close()
+	time.Sleep(100 * time.Millisecond) // the loop ends a (EPOLLHUP): letGo's undos wait too
+	letGo()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := b.Write(request(t, 4, "qsize", map[string]any{"kind": "queue", "name": "q"})); err != nil {
+			t.Fatal(err)
+		}
+		if rep := readReply(t, b); rep.Err == nil && rep.Result.(int64) == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the undone gets' items did not all come back")
+		}
+	}
+	var order []byte
+	for deadline := time.Now().Add(5 * time.Second); len(order) < 4 && time.Now().Before(deadline); {
+		if _, err := b.Write(request(t, 5, "get", map[string]any{"kind": "queue", "name": "q"})); err != nil {
+			t.Fatal(err)
+		}
+		rep := readReply(t, b)
+		if rep.Err != nil {
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		order = append(order, rep.Result.([]byte)[0])
+	}
+	if string(order) != "1234" {
+		t.Fatalf("items came back in the order %q, want \"1234\"", order)
+	}
+}
+
 // latchServer starts a server with the fast path, its one loop serving
 // Unix connections from the first, and a queue q made by a connection of
 // its own; it returns the server, a dialer, and hold, which has a live
