@@ -221,6 +221,17 @@ func (q *Queue) Busy(spin time.Duration) bool {
 	return true
 }
 
+// QueueBusy is Queue.Busy for the object called name; false when that is
+// not a Queue.
+func (m *Manager) QueueBusy(name string, spin time.Duration) bool {
+	obj, err := m.lookupAny(name)
+	if err != nil {
+		return false
+	}
+	q, ok := obj.(*Queue)
+	return ok && q.Busy(spin)
+}
+
 // free reports whether q's mutex and its ring's latch are free now.
 func (q *Queue) free() bool {
 	if !q.mu.TryLock() {

@@ -425,8 +425,7 @@ func (c *conn) dispatch(req *wire.Request) {
 	}
 	c.cur = opLabel{kind: o.kind, op: o.name}
 	c.cur.name, _ = req.Args.Get(wire.ArgName).(string)
-	if o.family == queueFamily && c.lp.Load() != nil && c.queueBusy(req.Args) &&
-		c.offLoop(func() { c.run(o, req) }) { // (evloop_offloop.go)
+	if c.lp.Load() != nil && c.leavesLoop(o, req.Args) && c.offLoop(func() { c.run(o, req) }) { // (evloop_offloop.go)
 		return
 	}
 	c.run(o, req)

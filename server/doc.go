@@ -30,8 +30,9 @@
 // and the loop finds several requests when it runs (evloop_sched.go). A
 // queue op whose queue is busy elsewhere (a ring latch a stopped client
 // keeps) runs in a goroutine of its own, the connection's reading paused
-// meanwhile, and so do the undos of a connection's unwritten replies
-// (evloop_offloop.go): a loop never waits on one queue for its others.
+// meanwhile, and so do a delete of such a queue, every status, and the
+// undos of a connection's unwritten replies (evloop_offloop.go): a loop
+// never waits on one queue for its others.
 // Sockets are read and written by raw system calls on their non-blocking
 // descriptor, a goroutine's waiting through the runtime's poller only when
 // it is not ready (rawio.go; below crypto/tls, listen.go's sniffConn,

@@ -17,7 +17,8 @@ import (
 // statemem.LatchWait (2 s) before the op fails. In a loop's goroutine that
 // wait was every other connection's of the loop too, once per such op. So
 // a queue op of a connection a loop serves first looks whether the queue
-// is busy (manager.Queue.Busy, for busySpin): if it is, the rest of the
+// is busy (manager.Queue.Busy, for busySpin), and so do a delete and a
+// decref of a queue; status always leaves the loop (leavesLoop). Such a
 // request's dispatch runs in a goroutine of its own (offLoop), and the
 // loop reads and runs nothing more of that connection until it is done:
 // the connection's requests still run one at a time, in order, and its
@@ -31,11 +32,23 @@ import (
 // op on it leaves the loop: longer than any op holds either while it runs.
 const busySpin = 50 * time.Microsecond
 
-// queueBusy reports whether the queue a's request names (c served by a
-// loop) is busy now; false when it names none (the op then answers that).
-func (c *conn) queueBusy(a wire.Args) bool {
-	q, err := lookup[*manager.Queue](c, a)
-	return err == nil && q.Busy(busySpin)
+// leavesLoop reports whether o, an op of a connection a loop serves, runs
+// off the loop: a queue op whose queue is busy; a delete or decref of a
+// queue that is busy (they end it, under its mutex); and status, which
+// reads every object (the queues under their mutexes) and takes
+// milliseconds for many.
+func (c *conn) leavesLoop(o *op, a wire.Args) bool {
+	switch {
+	case o.family == queueFamily:
+		q, err := lookup[*manager.Queue](c, a)
+		return err == nil && q.Busy(busySpin) // (no queue: the op answers that)
+	case o.name == wire.OpStatus:
+		return true
+	case o.name == wire.OpDelete || o.name == wire.OpDecref:
+		name, err := a.String(wire.ArgName)
+		return err == nil && c.srv.mgr.QueueBusy(name, busySpin)
+	}
+	return false
 }
 
 // offLoop runs run, the rest of a request's dispatch, in a goroutine of

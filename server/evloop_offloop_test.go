@@ -143,6 +143,46 @@ func TestUndosBehindAHeldLatchLeaveTheLoop(t *testing.T) {
 	}
 }
 
+// While a queue's op waits off the loop on a held latch, under the
+// queue's mutex, a status and a delete of that queue, which take that
+// mutex too, wait off the loop as well: another connection's ping is
+// answered at once, and they are answered once the latch is let go.
+func TestStatusAndDeleteBehindABusyQueueLeaveTheLoop(t *testing.T) {
+	_, dial, hold := latchServer(t)
+	a, b, c := dial(), dial(), dial()
+	letGo := hold()
+	defer letGo()
+	start := time.Now()
+	if _, err := a.Write(request(t, 10, "put", map[string]any{"kind": "queue", "name": "q", "item": []byte("a")})); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // the put waits on the latch, holding the queue
+	if _, err := c.Write(append(request(t, 20, "status", nil), request(t, 21, "delete", map[string]any{"name": "q"})...)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if _, err := b.Write(request(t, 2, "ping", nil)); err != nil {
+		t.Fatal(err)
+	}
+	if rep := readReply(t, b); rep.ID != 2 || rep.Err != nil {
+		t.Fatalf("ping: %+v", rep)
+	}
+	if waited := time.Since(start); waited > 700*time.Millisecond {
+		t.Fatalf("another connection's ping was answered after %v, behind the status or the delete", waited)
+	}
+	time.Sleep(time.Second - time.Since(start))
+	letGo()
+	if rep := readReply(t, a); rep.ID != 10 || rep.Err != nil {
+		t.Fatalf("the put: %+v", rep)
+	}
+	if rep := readReply(t, c); rep.ID != 20 || rep.Err != nil {
+		t.Fatalf("the status: %+v", rep)
+	}
+	if rep := readReply(t, c); rep.ID != 21 || rep.Err != nil || rep.Result != true {
+		t.Fatalf("the delete: %+v", rep)
+	}
+}
+
 // A connection's request that was kept as read while one before it ran
 // off the loop, and goes off the loop again in its turn: a request sent
 // after both is answered after both (it was read and run while the
