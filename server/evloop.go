@@ -143,7 +143,6 @@ type loopConn struct {
 	corked   bool
 	out      []outChunk
 	outBytes int
-	unsealed int // chunks in out with plaintext still to seal (TLS)
 	// paused: a request of the connection runs off the loop (offLoop);
 	// nothing more of it is read, or run, until that request is done.
 	// detached: meanwhile its socket reported a hang-up or an error, which
@@ -376,13 +375,13 @@ func (l *evLoop) run() {
 					again = queueOnce(again, c)
 				}
 			}
+			// A paused connection has no read interest (rearm); a hang-up
+			// or an error it still reports takes it out of the set until
+			// it resumes, when its requests still run and its end is seen.
+			if ev.Events&(unix.EPOLLHUP|unix.EPOLLERR) != 0 && c.lp.Load().detach(c) {
+				continue
+			}
 			if ev.Events&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
-				if lp := c.lp.Load(); lp.isPaused(c) {
-					if ev.Events&(unix.EPOLLHUP|unix.EPOLLERR) != 0 {
-						lp.detach(c) // (its requests still run, and its end is seen, once it resumes)
-					}
-					continue
-				}
 				l.readable(c)
 			}
 		}

@@ -98,18 +98,22 @@ func (c *conn) offLoop(run func()) bool {
 	return true
 }
 
-// detach takes a paused connection's socket out of its loop's epoll set:
-// it reported a hang-up or an error, which epoll reports whatever the
-// interest; offLoop puts it back when the request is done, and the loop
-// then reads what the peer sent before it went, and its end.
-func (lp *loopConn) detach(c *conn) {
+// detach takes a paused connection's socket out of its loop's epoll set,
+// and reports whether it is paused: it reported a hang-up or an error,
+// which epoll reports whatever the interest; offLoop puts it back when the
+// request is done, and the loop then reads what the peer sent before it
+// went, and its end.
+func (lp *loopConn) detach(c *conn) bool {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	if !lp.paused || lp.closed || lp.detached {
-		return
+	if !lp.paused {
+		return false
 	}
-	lp.detached = true
-	_ = unix.EpollCtl(lp.loop.epfd, unix.EPOLL_CTL_DEL, lp.fd, nil)
+	if !lp.closed && !lp.detached {
+		lp.detached = true
+		_ = unix.EpollCtl(lp.loop.epfd, unix.EPOLL_CTL_DEL, lp.fd, nil)
+	}
+	return true
 }
 
 // afterOffLoop has release, the undos of c's unwritten replies (letGo), run
@@ -136,11 +140,4 @@ func (c *conn) addGoroutine() bool {
 	}
 	c.pwg.Add(1)
 	return true
-}
-
-// isPaused reports whether a request of c runs off the loop.
-func (lp *loopConn) isPaused(c *conn) bool {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	return lp.paused
 }

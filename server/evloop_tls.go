@@ -165,10 +165,9 @@ func (lp *loopConn) sendTLSLocked(c *conn, bufs [][]byte, done func(bool)) (queu
 	for _, b := range bufs {
 		size += len(b)
 	}
-	if size > sealPiece || lp.unsealed > 0 {
+	if size > sealPiece || lp.sealing() {
 		// Sealed as the socket drains, behind what waits (flush, sealAhead).
 		lp.out = append(lp.out, outChunk{plain: append([][]byte(nil), bufs...), fd: -1, done: done})
-		lp.unsealed++
 		lp.outBytes += size
 		if !lp.corked {
 			lp.rearm(c)
@@ -187,6 +186,14 @@ func (lp *loopConn) sendTLSLocked(c *conn, bufs [][]byte, done func(bool)) (queu
 		st.reuse(rec)
 	}
 	return queued, err
+}
+
+// sealing reports whether plaintext waits in c's output queue to be
+// sealed (under c.wmu). Such replies are always its last: once one is
+// queued, every later reply is queued as plaintext behind it, and they
+// are sealed from the first on (sealAhead).
+func (lp *loopConn) sealing() bool {
+	return len(lp.out) > 0 && len(lp.out[len(lp.out)-1].plain) > 0
 }
 
 // sealAhead seals, in the queue's order, the next piece of the plaintext
@@ -247,9 +254,6 @@ func (lp *loopConn) sealNext(ch *outChunk) (int, error) {
 	rec := lp.st.take()
 	ch.bufs = [][]byte{rec}
 	lp.outBytes += len(rec) - piece
-	if len(ch.plain) == 0 {
-		lp.unsealed--
-	}
 	return piece, nil
 }
 
@@ -262,7 +266,7 @@ func (lp *loopConn) keptToSend(c *conn) bool {
 	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	return lp.unsealed == 0
+	return !lp.sealing()
 }
 
 // sendKept queues the records crypto/tls wrote by itself (a KeyUpdate's
@@ -274,7 +278,7 @@ func (lp *loopConn) sendKept(c *conn) {
 		return
 	}
 	c.wmu.Lock()
-	if lp.closed || lp.unsealed > 0 {
+	if lp.closed || lp.sealing() {
 		c.wmu.Unlock()
 		return
 	}
