@@ -218,13 +218,18 @@ class Manager:
         if fp is not None:
             args["fastpath"] = True  # the reply carries the object's word: one round trip
         res = client.call("create", args)
-        p = cls.__new__(cls)
-        p._bind(client, res["name"], owned=True, params=params or None)
-        p._setstate(state)
-        if fp is None:
-            _fast.attach(p)
+        hint = None if fp is None else res.get("fp")
+        adopted = None if fp is None else _fast.adopting(cls, fp, hint)
+        # A proxy whose create brought its word is made as its pending class
+        # (_fast.adopting), and only stored to here (cls's methods, not the
+        # pending class's look-ups).
+        p: px.BaseProxy = cls.__new__(cls if adopted is None else adopted[0])
+        cls._bind(p, client, res["name"], owned=True, params=params or None)
+        cls._setstate(p, state)
+        if adopted is None:
+            _fast.attach(p, hint)
         else:
-            _fast.adopt(p, fp, res.get("fp"))
+            p._fp_hint = adopted[1]  # until its first op or its pickling (_fast.note_hint)
         return p
 
     def Lock(self, name: Optional[str] = None) -> px.LockProxy:  # noqa: N802

@@ -81,17 +81,22 @@ class BaseProxy:
     _kind: ClassVar[str] = ""
     _client: Transport
     _name: str
+    _fp_hint: Any  # a fast-path create's word until the first op (_fast.adopting), on some proxies only
 
     def _bind(self, client: Transport, name: str, owned: bool, params: Optional[dict[str, Any]] = None,
               run: str = "") -> None:
+        # Only stores: the proxy may already be of its pending class (a
+        # fast-path create: _fast.adopting), whose every attribute read is a
+        # Python call.
+        anon = name.startswith("anon-")
         self._client = client
         self._name = name
-        self._anon = name.startswith("anon-")
+        self._anon = anon
         self._shared = False
         self._referenced = owned
         self._params = params  # the create arguments beyond kind and name (for a re-create after a restart)
         self._run = run or getattr(client, "run_id", "")  # the daemon run the object was last seen in
-        if self._anon and owned:
+        if anon and owned:
             weakref.finalize(self, client.notify, "decref", {"name": name})
 
     def _setstate(self, state: Any) -> None:

@@ -68,6 +68,50 @@ def test_a_name_made_again_is_never_taken_for_the_old_one(m):
     del filler
 
 
+def test_a_created_proxy_is_pending_until_its_first_op_and_keeps_its_word(m):
+    """A fast-path create's proxy is made as its pending class with the
+    word on it; its first op attaches it with no further request, and it
+    is its own class again."""
+    from syncmgr._proxies import LockProxy
+
+    m.Lock()
+    lock = m.Lock(name="pending-lock")
+    assert type(lock) is not LockProxy and _fast.proxy_type(lock) is LockProxy
+    off, tag, run = lock._fp_hint
+    assert run == _fast._paths[id(m._c())].run_id and isinstance(off, int) and isinstance(tag, int)
+    with Counting(m._c()) as c:
+        assert lock.acquire(timeout=5)
+    lock.release()
+    assert c.ops == [] and type(lock) is LockProxy and "_fp_hint" not in lock.__dict__
+
+
+def test_a_create_reply_word_of_another_run_is_never_used(m):
+    """A create reply whose word names another daemon run than the mapped
+    segment's is not kept: the proxy asks for its word at its first op,
+    and acts on its own object."""
+    m.Lock()
+    client = m._c()
+    inner = client.call
+
+    def call(op, *a, **k):
+        res = inner(op, *a, **k)
+        if op == "create":
+            res["fp"][2] = "another-run"
+        return res
+
+    client.call = call
+    try:
+        lock = m.Lock(name="other-run-word")
+    finally:
+        del client.call
+    assert "_fp_hint" not in vars(lock)
+    with Counting(client) as c:
+        assert lock.acquire(timeout=5)
+    assert c.ops == ["fastpath_ref"] and _fast.active(lock)
+    assert not m.Lock(name="other-run-word").acquire(timeout=0.05)  # held by lock: the same object
+    lock.release()
+
+
 def test_a_proxy_attaches_at_its_first_fast_op(m, monkeypatch):
     """A Queue made or unpickled in this process and not used maps no ring
     (no queue_attach); a pending proxy pickles as its own class; its first

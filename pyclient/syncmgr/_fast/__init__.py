@@ -68,7 +68,7 @@ if TYPE_CHECKING:
     from .._proxies import BaseProxy
 
 __all__ = ["FastPath", "_ext", "active", "attach", "enabled_by_env", "handle", "path_for", "proxy_type", "reasons",
-           "adopt", "reattach", "ref_path", "resolve"]
+           "adopting", "reattach", "ref_path", "resolve"]
 
 # The fast path's families, one line each: a handle class and the proxy
 # kinds it serves, each with the kind of word the daemon keeps for such an
@@ -99,7 +99,7 @@ del _cls, _kinds, _kind, _word
 
 def ref_path(client: Client, kind: str) -> Optional[FastPath]:
     """The fast path a create of kind should ask the object's word for in
-    its reply (the "fastpath" argument, then adopt), or None: this process
+    its reply (the "fastpath" argument, then adopting), or None: this process
     has mapped client's daemon's segment already. (It does not map it here:
     the create comes first, so that a client short of connections still
     gets its object, on the socket path.) A forked child finds none of its
@@ -135,22 +135,30 @@ def attach(proxy: BaseProxy, hint: Any = None) -> None:
     proxy.__class__ = pending
 
 
-def adopt(proxy: BaseProxy, fp: FastPath, hint: Any) -> None:
-    """attach for a proxy whose create asked fp for its word (ref_path) and
-    got it in the reply (hint), with what ref_path checked not checked
-    again: the word is kept for the first op and the class made pending."""
-    pending = _pending.get(type(proxy)) if proxy._kind in _ALWAYS else None
-    if pending is None or hint is None or not fp.ok:  # per-object serves, a refusal, a daemon gone since
-        attach(proxy, hint)
-        return
-    # Kept on the proxy until its first op or its pickling (note_hint):
-    # the process's table of words is not touched by a create.
-    proxy.__dict__["_fp_hint"] = hint
-    proxy.__class__ = pending
+def adopting(cls: type, fp: FastPath, hint: Any) -> Optional[tuple[type, tuple[int, int, str]]]:
+    """How to make a proxy of cls whose create asked fp for the object's
+    word (ref_path) and got hint in the reply: the family's pending class,
+    on which the proxy attaches at its first fast op, and the word to keep
+    on the proxy (``_fp_hint``) until then or its pickling (note_hint), so
+    that the process's table of words is not touched by a create. What
+    ref_path checked is not checked again. None where attach must decide
+    (a family with per-object serves, a daemon gone since, a word of
+    another daemon run): make cls, then attach(proxy, hint).
+
+    The proxy is made as the pending class, not changed to it: an instance
+    whose class is assigned keeps its attributes in a dict of its own, not
+    in the class's shared layout. The word kept is a tuple holding the
+    mapping's own run string, not the reply's list and string: the
+    collector stops tracking it, and it costs a proxy 120 bytes, not 200."""
+    if (not fp.ok or cls._kind not in _ALWAYS  # type: ignore[attr-defined]
+            or not isinstance(hint, list) or len(hint) != 3 or hint[2] != fp.run_id):
+        return None
+    pending = _pending.get(cls) or _pending_class(cls)
+    return None if pending is None else (pending, (hint[0], hint[1], fp.run_id))
 
 
 def note_hint(proxy: BaseProxy) -> None:
-    """Put the word a proxy's create was told of (adopt) in its fast path's
+    """Put the word a proxy's create was told of (adopting) in its fast path's
     table, for any proxy of the object unpickled in this process."""
     hint = proxy.__dict__.pop("_fp_hint", None)
     if hint is not None:
@@ -267,7 +275,7 @@ def _attach_now(proxy: BaseProxy) -> None:
     fp = path_for(proxy._client)
     if fp is None or not fp.ok:
         return
-    note_hint(proxy)  # the create's word (adopt)
+    note_hint(proxy)  # the create's word (adopting)
     ref = fp.ref(kind, proxy._name)  # (the word is in fp.refs when this process was told of it)
     if ref is None:
         return
