@@ -217,20 +217,66 @@ func (qr *ringStore) tryPutMany(items [][]byte) (ok bool, err error) {
 		changed = true
 	}
 	empty, whole := n == 0, itemsCost(items)
-	for _, item := range items {
-		if empty && qr.handOver(item) {
-			q.uncharge(ItemCost(item))
+	for i := 0; i < len(items); {
+		if empty && qr.handOver(items[i]) {
+			q.uncharge(ItemCost(items[i]))
+			i++
 			continue
 		}
 		empty = false
-		inRing, err := qr.place(item, whole, true)
+		// The items from i that place would copy into the ring as they
+		// are go in with one write of its tail (Ring.PutMany); the first
+		// that finds no room, and any other, is placed alone.
+		k, err := qr.putRun(items[i:])
 		if err != nil {
 			return true, err // a scribbled ring: the queue has failed
 		}
+		changed = changed || k > 0
+		if i += k; i == len(items) {
+			break
+		}
+		inRing, err := qr.place(items[i], whole, true)
+		if err != nil {
+			return true, err
+		}
 		changed = changed || inRing
+		i++
 	}
 	qr.setFlags()
 	return true, nil
+}
+
+// putRun copies into the ring the leading items of a charged batch that
+// place would copy there (inline, nothing in over, and small or the ring
+// passed to a client), as many as fit, with one store of the tail, and
+// gives back their charge. It reports how many it stored. Latch held,
+// under q.mu.
+func (qr *ringStore) putRun(items [][]byte) (int, error) {
+	if len(qr.over) > 0 {
+		return 0, nil
+	}
+	inline, passed := qr.r.Inline(), false
+	n := 0
+	for _, item := range items {
+		if uint64(len(item)) > inline {
+			break
+		}
+		if len(item) >= SocketKeepMin && !passed {
+			if passed = qr.passed(); !passed {
+				break
+			}
+		}
+		n++
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	k, err := qr.r.PutMany(statemem.RecItem, items[:n])
+	if err != nil {
+		return 0, qr.corrupt(err)
+	}
+	qr.q.uncharge(itemsCost(items[:k]))
+	return k, nil
 }
 
 // place stores item where a put stores it, room checked: into the ring
@@ -335,6 +381,23 @@ func (qr *ringStore) tryGetMany(items [][]byte, max int, budget int64) (_ [][]by
 	changed := false
 	defer func() { qr.unlockQuiet(changed) }()
 	for end := len(items) + max; len(items) < end; {
+		if len(qr.front) == 0 {
+			// The ring's run of item records, with one look at its words
+			// and one store of its head (Ring.GetMany); what stopped it (an
+			// external record, the budget, an empty ring) is the next
+			// item's to say.
+			got, used, gerr := qr.r.GetMany(end-len(items), budget, batchItemFraming)
+			if gerr != nil {
+				err = qr.corrupt(gerr)
+				break
+			}
+			if len(got) > 0 {
+				changed = true
+				budget -= used
+				items = append(items, got...)
+				continue
+			}
+		}
 		if size, ok := qr.nextSize(); !ok || int64(size)+batchItemFraming > budget {
 			break // an item over the reply's budget stays where it is (not in front, where it would send every client to the daemon)
 		}

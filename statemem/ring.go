@@ -471,6 +471,38 @@ func (r *Ring) Put(kind uint32, p []byte) error {
 	if e.err != nil || !r.fitsAt(e, uint64(len(p))) {
 		return ErrRingCorrupt
 	}
+	r.write(&e, kind, p)
+	r.publish(e)
+	return nil
+}
+
+// PutMany appends records of kind with the payloads of ps, from the first
+// and as many as fit (each checked as Fits checks one, the ring's maxsize
+// included), and publishes them with one store of the tail word: a reader
+// sees all of them or none, and the words are read once for the batch, not
+// twice per record. It returns how many it wrote (under the latch).
+func (r *Ring) PutMany(kind uint32, ps [][]byte) (int, error) {
+	e := r.ends()
+	if e.err != nil {
+		return 0, e.err
+	}
+	n := 0
+	for _, p := range ps {
+		if r.maxsize > 0 && e.items >= r.maxsize || !r.fitsAt(e, uint64(len(p))) {
+			break
+		}
+		r.write(&e, kind, p)
+		n++
+	}
+	if n > 0 {
+		r.publish(e)
+	}
+	return n, nil
+}
+
+// write puts a record of kind with payload p after e's tail, which fitsAt
+// checked, and moves e past it; the tail word is not written (publish).
+func (r *Ring) write(e *ringEnds, kind uint32, p []byte) {
 	idx := e.tp & (r.cap - 1)
 	need := recHeader + pad8(uint64(len(p)))
 	adv := need
@@ -481,8 +513,16 @@ func (r *Ring) Put(kind uint32, p []byte) error {
 	}
 	r.header(idx, uint32(len(p)), kind)
 	copy(r.mem[RingHeader+idx+recHeader:], p)
-	atomic.StoreUint64(r.word(ringOffTail), (e.tp+adv)&ringPosMask|((e.tn+1)&ringCountMax)<<ringPosBits)
-	return nil
+	e.tp = (e.tp + adv) & ringPosMask
+	e.tn = (e.tn + 1) & ringCountMax
+	e.used += adv
+	e.items++
+}
+
+// publish stores e's tail: the records written since it was read are
+// the ring's.
+func (r *Ring) publish(e ringEnds) {
+	atomic.StoreUint64(r.word(ringOffTail), e.tp|e.tn<<ringPosBits)
 }
 
 func (r *Ring) header(idx uint64, n, kind uint32) {
@@ -503,6 +543,60 @@ func (r *Ring) Get() (kind uint32, p []byte, ok bool, err error) {
 	atomic.StoreUint64(r.word(ringOffHead), (h.hp+h.adv)&ringPosMask|((h.hn+1)&ringCountMax)<<ringPosBits)
 	return h.kind, p, true, nil
 }
+
+// GetMany removes item records from the head, in order, and returns
+// copies of their payloads: at most max, stopping before a record that is
+// not an item (an external one, which the caller takes alone), before one
+// whose payload and framing would take used past budget, and when the ring
+// is empty. The words are read once and the head word is stored once, and
+// the copies of up to getChunk records share one allocation (each item
+// capped at its own length). A record that does not check out ends the
+// batch before it; it is the error only when it is the first (under the
+// latch).
+func (r *Ring) GetMany(max int, budget, framing int64) (items [][]byte, used int64, err error) {
+	e := r.ends()
+	if e.err != nil {
+		return nil, 0, e.err
+	}
+	var recs [getChunk]record
+	for more := true; more; {
+		k, total := 0, uint64(0)
+		for more = false; len(items)+k < max && e.items > 0; {
+			if k == len(recs) {
+				more = true
+				break
+			}
+			h, rerr := r.recordAt(e.hp, e.hn, e.used)
+			if rerr != nil && len(items)+k == 0 {
+				return nil, 0, rerr
+			}
+			if rerr != nil || h.kind != RecItem || int64(h.n)+framing > budget-used {
+				break
+			}
+			recs[k] = h
+			k++
+			total += uint64(h.n)
+			used += int64(h.n) + framing
+			e.hp = (e.hp + h.adv) & ringPosMask
+			e.hn = (e.hn + 1) & ringCountMax
+			e.used -= h.adv
+			e.items--
+		}
+		buf := make([]byte, total)
+		for _, h := range recs[:k] {
+			n := copy(buf, r.payload(h))
+			items = append(items, buf[:n:n])
+			buf = buf[n:]
+		}
+	}
+	if len(items) > 0 {
+		atomic.StoreUint64(r.word(ringOffHead), e.hp|e.hn<<ringPosBits)
+	}
+	return items, used, nil
+}
+
+// getChunk is how many records' copies GetMany makes in one allocation.
+const getChunk = 64
 
 // Head returns the head record's kind and a view of its payload without
 // removing it (under the latch; the view is valid until the latch is let
@@ -537,7 +631,16 @@ func (r *Ring) headRecord() (h record, ok bool, err error) {
 	if e.err != nil || e.items == 0 {
 		return h, false, e.err
 	}
-	hp, hn, used := e.hp, e.hn, e.used
+	if h, err = r.recordAt(e.hp, e.hn, e.used); err != nil {
+		return h, false, err
+	}
+	return h, true, nil
+}
+
+// recordAt finds the record at head position hp (count hn), following a
+// pad, and checks that it lies within the ring and the used bytes.
+func (r *Ring) recordAt(hp, hn, used uint64) (record, error) {
+	var h record
 	idx := hp & (r.cap - 1)
 	adv := uint64(0)
 	n, kind := r.readHeader(idx)
@@ -550,13 +653,13 @@ func (r *Ring) headRecord() (h record, ok bool, err error) {
 	// copy): a longer one would go out to a socket getter past what a
 	// reply may carry.
 	if kind != RecItem && kind != RecExternal || uint64(n) > r.cap-idx-recHeader || kind == RecItem && uint64(n) > r.inline {
-		return h, false, ErrRingCorrupt
+		return h, ErrRingCorrupt
 	}
 	adv += recHeader + pad8(uint64(n))
 	if adv > used || kind == RecExternal && n != 8 {
-		return h, false, ErrRingCorrupt
+		return h, ErrRingCorrupt
 	}
-	return record{hp: hp, hn: hn, idx: idx, adv: adv, n: n, kind: kind}, true, nil
+	return record{hp: hp, hn: hn, idx: idx, adv: adv, n: n, kind: kind}, nil
 }
 
 // readHeader reads the record header at idx, which a checked position
