@@ -35,13 +35,13 @@
 // in a sealed anonymous memory file of its own, passed to clients with
 // SCM_RIGHTS. Every op on it holds the ring's latch (ring_latch.go) and
 // commits with one store (the tail word for a put, the head word for a
-// get), so the repair of a session killed mid-op is letting go of its
-// latch. A JoinableQueue's get and task_done change a debt (ring_tasks.go)
+// get; one for a whole batch: Ring.PutMany, Ring.GetMany), so the repair
+// of a session killed mid-op is letting go of its latch. A JoinableQueue's get and task_done change a debt (ring_tasks.go)
 // after their commit; they journal it first, and the daemon finishes it
 // when it takes over a dead holder's latch (Ring.repair). The daemon checks
 // every position and length it reads from a ring, from one reading of the
-// words per op (Ring.ends). A ClientRing (ring_client.go) is a Go client's side of the same
-// protocol for Queues and JoinableQueues (their debts and journal too): it
+// words per op (Ring.ends). A ClientRing (ring_client.go) is a Go client's
+// side of the same protocol for Queues and JoinableQueues (their debts and journal too): it
 // checks what it reads against the layout the daemon's reply gave, and
 // answers Daemon (send the op over the socket) for anything it cannot do.
 //
