@@ -27,7 +27,7 @@ from ._handshake import (
     _NoReady,
 )
 from ._keys import looks_like_hex_text
-from ._tls import check_pin, pinned_tls_context
+from ._tls import TLSStream, check_pin, pinned_tls_context
 
 CONNECT_TIMEOUT = 10.0
 _header_from = HEADER.unpack_from
@@ -163,7 +163,7 @@ class Connection:
     def _send(self, buffers: list[Any]) -> None:
         if len(buffers) == 1:
             self.sock.sendall(buffers[0])
-        elif isinstance(self.sock, ssl.SSLSocket):
+        elif isinstance(self.sock, TLSStream):
             # An SSL socket has no sendmsg: each sendall is a TLS record of
             # its own and a write(2) of its own, which the daemon may read as
             # a wake-up of its own. A request of small pieces (every batch)
@@ -290,12 +290,15 @@ class Connection:
         there next. A reply with descriptors fits the receive buffer."""
         if self._rstart != self._rend:
             raise exc.ProtocolError(f"unexpected bytes before a reply from syncmgr at {self.address}")
+        sock = self.sock
+        if isinstance(sock, TLSStream):
+            raise exc.ProtocolError(f"descriptors come only over a Unix socket, not from {self.address}")
         self._rstart = self._rend = 0
         fds: list[int] = []
         try:
             need = 4
             while self._rend < need:
-                data, got, _, _ = socket.recv_fds(self.sock, need - self._rend, maxfds)
+                data, got, _, _ = socket.recv_fds(sock, need - self._rend, maxfds)
                 fds += got
                 if not data:
                     raise exc.ServerGoneError(f"syncmgr at {self.address} closed the connection")
@@ -334,7 +337,7 @@ def _idle_check(conn: Connection) -> tuple[bool, Optional[exc.SyncMgrError]]:
     if read:
         return False, _notice_in(read)
     sock = conn.sock
-    if isinstance(sock, ssl.SSLSocket):
+    if isinstance(sock, TLSStream):
         return True, None  # no peeking under TLS; a dead one fails on use
     try:
         if sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b"":
@@ -386,7 +389,7 @@ def _check_server_uid(sock: socket.socket, address: str) -> None:
 
 
 def _connect(address: str, ssl_context: Optional[ssl.SSLContext], pin: Optional[str] = None,
-             peer: str = "") -> socket.socket:
+             peer: str = "") -> socket.socket | TLSStream:
     try:
         if address.startswith("tcp://"):
             hostport = address[len("tcp://"):]
@@ -394,16 +397,17 @@ def _connect(address: str, ssl_context: Optional[ssl.SSLContext], pin: Optional[
             host = host.strip("[]")
             sock = socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if pin is not None:
-                tls = (ssl_context or pinned_tls_context()).wrap_socket(sock)
-                try:
+            try:
+                if pin is not None:
+                    tls = TLSStream(sock, ssl_context or pinned_tls_context())
                     check_pin(tls, pin, address, peer)
-                except BaseException:
-                    tls.close()
-                    raise
-                return tls
-            if ssl_context is not None:
-                sock = ssl_context.wrap_socket(sock, server_hostname=os.environ.get("SYNCMGR_TLS_SERVER_NAME") or host)
+                    return tls
+                if ssl_context is not None:
+                    name = os.environ.get("SYNCMGR_TLS_SERVER_NAME") or host
+                    return TLSStream(sock, ssl_context, server_hostname=name)
+            except BaseException:
+                sock.close()
+                raise
             return sock
         path = address[len("unix://"):] if address.startswith("unix://") else address
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

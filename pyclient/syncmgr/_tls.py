@@ -12,9 +12,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+import socket
 import ssl
 import threading
-from typing import Optional
+from typing import Any, Optional, cast
 
 from . import exceptions as exc
 
@@ -57,7 +58,7 @@ def pinned_tls_context() -> ssl.SSLContext:
     return ctx
 
 
-def check_pin(sock: ssl.SSLSocket, pin: str, address: str, peer: str = "") -> None:
+def check_pin(sock: TLSStream, pin: str, address: str, peer: str = "") -> None:
     """Refuse a TLS peer whose certificate is not the pinned one, before a
     byte of the syncmgr handshake is sent."""
     der = sock.getpeercert(binary_form=True) or b""
@@ -69,3 +70,108 @@ def check_pin(sock: ssl.SSLSocket, pin: str, address: str, peer: str = "") -> No
             f"expected {pin[:16]}...): another process answers at that address (a man in the middle, or the node's "
             "daemon was replaced); nothing was sent to it"
         )
+
+
+# How much a TLSStream reads from its socket at once, and how much of a
+# send it encrypts before writing it out: a few records, one system call.
+_READ_CHUNK = 256 << 10
+_WRITE_CHUNK = 256 << 10
+
+
+class TLSStream:
+    """A client's TLS connection whose records pass through memory
+    (ssl.MemoryBIO) on their way to and from its socket, so that the client
+    decides the system calls: what the socket holds is read at once (up to
+    256 KiB), and a send is encrypted 256 KiB at a time and written in one
+    call. Through OpenSSL's socket BIO, as ssl.SSLSocket does it, every
+    record is a system call or two: a reply cost two reads (its record's
+    header, then its body), and a 1 MiB item 64 writes, each of which woke
+    the daemon's reader.
+
+    It offers what Connection uses of a socket: sendall, recv_into,
+    settimeout, close, and getpeercert for the pin. A peer that closes
+    reads as 0 bytes, as an SSLSocket's ragged end does; other TLS errors
+    raise ssl.SSLError (an OSError), timeouts TimeoutError."""
+
+    def __init__(self, sock: socket.socket, ctx: ssl.SSLContext, server_hostname: Optional[str] = None) -> None:
+        self._sock = sock
+        self._in = ssl.MemoryBIO()
+        self._out = ssl.MemoryBIO()
+        self._ssl = ctx.wrap_bio(self._in, self._out, server_side=False, server_hostname=server_hostname)
+        self._buf = bytearray(_READ_CHUNK)
+        self._view = memoryview(self._buf)
+        self._eof = False
+        while True:
+            try:
+                self._ssl.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                self._flush()
+                self._feed()
+                if self._eof:
+                    raise ConnectionResetError("the peer closed the connection during the TLS handshake") from None
+        self._flush()
+
+    def _flush(self) -> None:
+        """Write out what the TLS object has produced (records of a send, a
+        handshake's or a key update's answer)."""
+        if self._out.pending:
+            self._sock.sendall(self._out.read())
+
+    def _feed(self) -> None:
+        """Read what the socket has (at least one byte, waiting for it) into
+        the TLS object, or mark the end of the stream."""
+        k = self._sock.recv_into(self._buf)
+        if k:
+            self._in.write(self._view[:k])
+        else:
+            self._eof = True
+            self._in.write_eof()
+
+    def sendall(self, data: Any) -> None:
+        view = memoryview(data).cast("B")
+        for start in range(0, len(view), _WRITE_CHUNK):
+            self._ssl.write(view[start:start + _WRITE_CHUNK])
+            self._flush()
+
+    def recv_into(self, buffer: Any, nbytes: int = 0) -> int:
+        """Up to nbytes (default: the buffer's length) of plaintext into
+        buffer, waiting for at least one; 0 when the peer has closed."""
+        n = nbytes or len(buffer)
+        while True:
+            if not self._in.pending and not self._eof and not self._ssl.pending():
+                self._feed()  # nothing to decrypt without more: read first, not after a failed read
+            try:
+                got = cast(int, self._ssl.read(n, buffer))  # (with a buffer: the count read into it)
+            except ssl.SSLWantReadError:  # a record not yet whole
+                if self._eof:
+                    return 0
+                if self._in.pending:  # (OpenSSL takes what the memory holds; should it leave some)
+                    self._feed()
+                continue
+            except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                return 0
+            self._flush()  # a key update read with the data is answered at once
+            return got
+
+    def settimeout(self, timeout: Optional[float]) -> None:
+        self._sock.settimeout(timeout)
+
+    def getpeercert(self, binary_form: bool = False) -> Any:
+        return self._ssl.getpeercert(binary_form)
+
+    def cipher(self) -> Optional[tuple[str, str, int]]:
+        return self._ssl.cipher()
+
+    def version(self) -> Optional[str]:
+        return self._ssl.version()
+
+    def fileno(self) -> int:
+        return self._sock.fileno()
+
+    def detach(self) -> int:
+        """Let go of the socket without closing it (a forked child's copy)."""
+        return self._sock.detach()
+
+    def close(self) -> None:
+        self._sock.close()

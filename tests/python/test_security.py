@@ -190,7 +190,22 @@ def test_tls_over_tcp(tmp_path):
         ev = m.Event()
         ev.set()
         assert ev.is_set()
+        # Items of many records each way (a send is encrypted and written
+        # 256 KiB at a time, a read takes what the socket has), batches,
+        # and small calls in between, in order.
+        q = m.Queue()
+        big = [os.urandom(n) for n in (5 << 20, 1, 300 << 10, 0, (1 << 20) + 7)]
+        for i, item in enumerate(big):
+            q.put(item)
+            assert q.qsize() == i + 1
+        assert [q.get(timeout=10) for _ in big] == big
+        q.put_many([b"x" * 100] * 64)
+        assert q.get_many(64) == [b"x" * 100] * 64
         with pytest.raises(syncmgr.ConnectError):  # a client that does not trust the certificate
             syncmgr.connect(addr, d.key, ssl_context=ssl.create_default_context()).Event()
+        d.kill()  # the peer gone mid-connection: the client says the daemon is gone, not a TLS error
+        with pytest.raises(syncmgr.SyncMgrError) as ei:
+            ev.is_set()
+        assert not isinstance(ei.value, ssl.SSLError)
     finally:
         d.stop()

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import _thread
 import os
+import socket
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, cast
 
 from .. import _connection
 from .. import exceptions as exc
@@ -135,7 +136,7 @@ class FastPath:
         # Nothing is asked on the anchor after the attach: what comes is the
         # daemon's notice that it is shutting down (an unasked reply), then
         # the close (or the close alone: it died).
-        sock = self.anchor.sock
+        sock = cast("socket.socket", self.anchor.sock)  # (an anchor is a Unix socket: fastpath_attach)
         got = b""
         try:
             while True:
