@@ -138,6 +138,8 @@ class TLSStream:
         """Up to nbytes (default: the buffer's length) of plaintext into
         buffer, waiting for at least one; 0 when the peer has closed."""
         n = nbytes or len(buffer)
+        if n <= 0:
+            return 0  # (as a socket's: nothing asked for, nothing waited for)
         while True:
             if not self._in.pending and not self._eof and not self._ssl.pending():
                 self._feed()  # nothing to decrypt without more: read first, not after a failed read
