@@ -129,6 +129,12 @@ class TLSStream:
             self._in.write_eof()
 
     def sendall(self, data: Any) -> None:
+        if not len(data):
+            return
+        if type(data) is bytes and len(data) <= _WRITE_CHUNK:  # a request: its records, one call
+            self._ssl.write(data)
+            self._sock.sendall(self._out.read())
+            return
         view = memoryview(data).cast("B")
         for start in range(0, len(view), _WRITE_CHUNK):
             self._ssl.write(view[start:start + _WRITE_CHUNK])
