@@ -47,7 +47,7 @@ fuzz:
 	$(GO) test ./proxy -run '^$$' -fuzz '^FuzzDecodeValue$$' -fuzztime $$(( $(FUZZN) / 10 ))x
 	$(GO) test ./manager -run '^$$' -fuzz '^FuzzQueueBatch$$' -fuzztime $$(( $(FUZZN) / 125 ))x
 	$(GO) test ./wire -run '^$$' -fuzz '^FuzzBinTuples$$' -fuzztime $$(( $(FUZZN) / 10 ))x
-	$(GO) test ./statemem -run '^$$' -fuzz '^FuzzRingBatchScribbled$$' -fuzztime $$(( $(FUZZN) / 2 ))x
+	$(GO) test ./statemem -run '^$$' -fuzz '^FuzzRingBatchScribbled$$' -fuzztime $$(( $(FUZZN) / 5 ))x
 
 lint-py: venv
 	$(VENV)/bin/ruff check pyclient tests/python tests/outside tests/wheel examples bench
