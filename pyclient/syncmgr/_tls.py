@@ -100,7 +100,8 @@ class TLSStream:
         self._ssl = ctx.wrap_bio(self._in, self._out, server_side=False, server_hostname=server_hostname)
         self._buf = bytearray(_READ_CHUNK)
         self._view = memoryview(self._buf)
-        self._eof = False
+        self._eof = False  # the socket has ended (what it sent may still be decrypted)
+        self._closed = False  # the TLS stream has ended: every read is 0 bytes
         while True:
             try:
                 self._ssl.do_handshake()
@@ -144,22 +145,28 @@ class TLSStream:
         """Up to nbytes (default: the buffer's length) of plaintext into
         buffer, waiting for at least one; 0 when the peer has closed."""
         n = nbytes or len(buffer)
-        if n <= 0:
-            return 0  # (as a socket's: nothing asked for, nothing waited for)
+        if n <= 0 or self._closed:
+            return 0  # (as a socket's: nothing asked for, nothing waited for; or the end, again)
         while True:
             if not self._in.pending and not self._eof and not self._ssl.pending():
                 self._feed()  # nothing to decrypt without more: read first, not after a failed read
+            held = self._in.pending
             try:
                 got = cast(int, self._ssl.read(n, buffer))  # (with a buffer: the count read into it)
-            except ssl.SSLWantReadError:  # a record not yet whole
+            except ssl.SSLWantReadError:  # a record not yet whole, or only handshake messages
+                self._flush()  # (what they asked for: a key update's or a renegotiation's answer)
                 if self._eof:
+                    self._closed = True
                     return 0
-                if self._in.pending:  # (OpenSSL takes what the memory holds; should it leave some)
+                if held and self._in.pending == held:  # nothing taken from what is there: it needs more
                     self._feed()
                 continue
             except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                self._closed = True  # and every later read says so at once, as a socket's does
                 return 0
             self._flush()  # a key update read with the data is answered at once
+            if not got:  # the peer's close_notify (Python reads it as 0 bytes, not an error)
+                self._closed = True
             return got
 
     def settimeout(self, timeout: Optional[float]) -> None:

@@ -209,3 +209,56 @@ def test_tls_over_tcp(tmp_path):
         assert not isinstance(ei.value, ssl.SSLError)
     finally:
         d.stop()
+
+
+def test_tls_stream_reads_what_a_peer_sent_then_its_close(tmp_path):
+    """The client's TLS stream against a plain TLS peer: records that came
+    together are read without waiting on the socket, a close_notify reads
+    as 0 bytes, and so does every read after it, at once, while the peer
+    keeps its TCP side open."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make a test certificate")
+    import ssl
+    import threading
+
+    from syncmgr._tls import TLSStream
+
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                    "-nodes", "-days", "1", "-subj", "/CN=localhost", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True, timeout=60)
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(str(cert), str(key))
+    a, b = socket.socketpair()
+    done = threading.Event()
+
+    def serve() -> None:
+        with server_ctx.wrap_socket(b, server_side=True) as s:
+            s.sendall(b"hello")
+            s.sendall(b" world")
+            try:
+                s.unwrap()  # close_notify, then a wait for the client's, which never comes
+            except OSError:
+                pass  # (the client's socket closed at the end of the test)
+            done.wait(10)
+
+    t = threading.Thread(target=serve)
+    t.start()
+    try:
+        client_ctx = ssl.create_default_context(cafile=str(cert))
+        client_ctx.check_hostname = False
+        stream = TLSStream(a, client_ctx)
+        stream.settimeout(5)
+        buf, got = bytearray(64), b""
+        while len(got) < 11:
+            n = stream.recv_into(memoryview(buf))
+            assert n > 0
+            got += bytes(buf[:n])
+        assert got == b"hello world"
+        for _ in range(3):
+            assert stream.recv_into(memoryview(buf)) == 0
+    finally:
+        done.set()
+        a.close()  # (the peer's unwrap waits for it)
+        t.join(10)
+        assert not t.is_alive()
