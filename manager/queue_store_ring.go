@@ -247,24 +247,17 @@ func (qr *ringStore) tryPutMany(items [][]byte) (ok bool, err error) {
 }
 
 // putRun copies into the ring the leading items of a charged batch that
-// place would copy there (inline, nothing in over, and small or the ring
-// passed to a client), as many as fit, with one store of the tail, and
-// gives back their charge. It reports how many it stored. Latch held,
-// under q.mu.
+// place would copy there (inline, nothing in over, and copied), as many as
+// fit, with one store of the tail, and gives back their charge. It reports
+// how many it stored. Latch held, under q.mu.
 func (qr *ringStore) putRun(items [][]byte) (int, error) {
 	if len(qr.over) > 0 {
 		return 0, nil
 	}
-	inline, passed := qr.r.Inline(), false
-	n := 0
+	inline, n := qr.r.Inline(), 0
 	for _, item := range items {
-		if uint64(len(item)) > inline {
+		if uint64(len(item)) > inline || !qr.copied(item) {
 			break
-		}
-		if len(item) >= SocketKeepMin && !passed {
-			if passed = qr.passed(); !passed {
-				break
-			}
 		}
 		n++
 	}
@@ -299,7 +292,7 @@ func (qr *ringStore) place(item []byte, whole int64, charged bool) (inRing bool,
 		if err != nil {
 			return false, qr.corrupt(err)
 		}
-		if fits && (len(item) < SocketKeepMin || qr.passed()) {
+		if fits && qr.copied(item) {
 			if err := qr.r.Put(statemem.RecItem, item); err != nil {
 				return false, qr.corrupt(err)
 			}
@@ -331,6 +324,14 @@ func (qr *ringStore) place(item []byte, whole int64, charged bool) (inRing bool,
 	}
 	qr.setFlags()
 	return false, nil
+}
+
+// copied reports whether an inline item that fits goes into the ring as
+// it is: it is small, or a client has the ring (a large one that no client
+// takes from shared memory is kept by the daemon: SocketKeepMin). Under
+// q.mu.
+func (qr *ringStore) copied(item []byte) bool {
+	return len(item) < SocketKeepMin || qr.passed()
 }
 
 // passed reports whether a client whose session lives has the ring

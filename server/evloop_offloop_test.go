@@ -37,15 +37,7 @@ func TestQueueOpBehindAHeldLatchLeavesTheLoop(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(100 * time.Millisecond) // the put is waiting on the latch
-	if _, err := b.Write(request(t, 2, "ping", nil)); err != nil {
-		t.Fatal(err)
-	}
-	if rep := readReply(t, b); rep.ID != 2 || rep.Err != nil {
-		t.Fatalf("ping: %+v", rep)
-	}
-	if waited := time.Since(start); waited > held/2 {
-		t.Fatalf("another connection's ping on the loop was answered after %v, behind the latch", waited)
-	}
+	pingWithin(t, b, start, held/2, "behind the latch")
 	time.Sleep(held - time.Since(start))
 	letGo()
 	if rep := readReply(t, a); rep.ID != 10 || rep.Err != nil {
@@ -116,15 +108,7 @@ func TestUndosBehindAHeldLatchLeaveTheLoop(t *testing.T) {
 	a.Close()
 	time.Sleep(100 * time.Millisecond) // the loop sees a's end
 	start := time.Now()
-	if _, err := b.Write(request(t, 2, "ping", nil)); err != nil {
-		t.Fatal(err)
-	}
-	if rep := readReply(t, b); rep.ID != 2 || rep.Err != nil {
-		t.Fatalf("ping: %+v", rep)
-	}
-	if waited := time.Since(start); waited > 500*time.Millisecond {
-		t.Fatalf("another connection's ping was answered after %v, behind the undos", waited)
-	}
+	pingWithin(t, b, start, 500*time.Millisecond, "behind the undos")
 	letGo()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		if _, err := b.Write(request(t, 3, "qsize", map[string]any{"kind": "queue", "name": "q"})); err != nil {
@@ -161,15 +145,7 @@ func TestStatusAndDeleteBehindABusyQueueLeaveTheLoop(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(100 * time.Millisecond)
-	if _, err := b.Write(request(t, 2, "ping", nil)); err != nil {
-		t.Fatal(err)
-	}
-	if rep := readReply(t, b); rep.ID != 2 || rep.Err != nil {
-		t.Fatalf("ping: %+v", rep)
-	}
-	if waited := time.Since(start); waited > 700*time.Millisecond {
-		t.Fatalf("another connection's ping was answered after %v, behind the status or the delete", waited)
-	}
+	pingWithin(t, b, start, 700*time.Millisecond, "behind the status or the delete")
 	time.Sleep(time.Second - time.Since(start))
 	letGo()
 	if rep := readReply(t, a); rep.ID != 10 || rep.Err != nil {
@@ -316,6 +292,22 @@ func TestUndosAfterAnOffLoopGetKeepTheOrder(t *testing.T) {
 	}
 	if string(order) != "1234" {
 		t.Fatalf("items came back in the order %q, want \"1234\"", order)
+	}
+}
+
+// pingWithin sends a ping on conn, another connection of the loop, and
+// fails t unless it is answered by limit after start: the loop was not
+// held up (behind: by what it would have been).
+func pingWithin(t *testing.T, conn net.Conn, start time.Time, limit time.Duration, behind string) {
+	t.Helper()
+	if _, err := conn.Write(request(t, 2, "ping", nil)); err != nil {
+		t.Fatal(err)
+	}
+	if rep := readReply(t, conn); rep.ID != 2 || rep.Err != nil {
+		t.Fatalf("ping: %+v", rep)
+	}
+	if waited := time.Since(start); waited > limit {
+		t.Fatalf("another connection's ping was answered after %v, %s", waited, behind)
 	}
 }
 

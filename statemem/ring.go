@@ -391,6 +391,10 @@ func (r *Ring) head() (uint64, uint64) { return split(atomic.LoadUint64(r.word(r
 
 func split(x uint64) (pos, n uint64) { return x & ringPosMask, x >> ringPosBits }
 
+// join is split's inverse: a tail or head word of position pos and count
+// n, each taken modulo its field.
+func join(pos, n uint64) uint64 { return pos&ringPosMask | (n&ringCountMax)<<ringPosBits }
+
 // Len returns the items and bytes in the ring, checked (under the latch).
 func (r *Ring) Len() (items, bytes uint64, err error) {
 	e := r.ends()
@@ -444,10 +448,13 @@ func (r *Ring) Fits(n uint64) (bool, error) {
 	if e.err != nil {
 		return false, e.err
 	}
-	if r.maxsize > 0 && e.items >= r.maxsize {
-		return false, nil
-	}
-	return r.fitsAt(e, n), nil
+	return r.roomAt(e, n), nil
+}
+
+// roomAt reports whether a record with n payload bytes fits after e's
+// tail, given the ring's maxsize.
+func (r *Ring) roomAt(e ringEnds, n uint64) bool {
+	return (r.maxsize == 0 || e.items < r.maxsize) && r.fitsAt(e, n)
 }
 
 // fitsAt reports whether a record with n payload bytes fits after e's tail
@@ -488,7 +495,7 @@ func (r *Ring) PutMany(kind uint32, ps [][]byte) (int, error) {
 	}
 	n := 0
 	for _, p := range ps {
-		if r.maxsize > 0 && e.items >= r.maxsize || !r.fitsAt(e, uint64(len(p))) {
+		if !r.roomAt(e, uint64(len(p))) {
 			break
 		}
 		r.write(&e, kind, p)
@@ -522,7 +529,7 @@ func (r *Ring) write(e *ringEnds, kind uint32, p []byte) {
 // publish stores e's tail: the records written since it was read are
 // the ring's.
 func (r *Ring) publish(e ringEnds) {
-	atomic.StoreUint64(r.word(ringOffTail), e.tp|e.tn<<ringPosBits)
+	atomic.StoreUint64(r.word(ringOffTail), join(e.tp, e.tn))
 }
 
 func (r *Ring) header(idx uint64, n, kind uint32) {
@@ -540,7 +547,7 @@ func (r *Ring) Get() (kind uint32, p []byte, ok bool, err error) {
 	}
 	p = make([]byte, h.n)
 	copy(p, r.payload(h))
-	atomic.StoreUint64(r.word(ringOffHead), (h.hp+h.adv)&ringPosMask|((h.hn+1)&ringCountMax)<<ringPosBits)
+	atomic.StoreUint64(r.word(ringOffHead), join(h.hp+h.adv, h.hn+1))
 	return h.kind, p, true, nil
 }
 
@@ -590,7 +597,7 @@ func (r *Ring) GetMany(max int, budget, framing int64) (items [][]byte, used int
 		}
 	}
 	if len(items) > 0 {
-		atomic.StoreUint64(r.word(ringOffHead), e.hp|e.hn<<ringPosBits)
+		atomic.StoreUint64(r.word(ringOffHead), join(e.hp, e.hn))
 	}
 	return items, used, nil
 }

@@ -231,7 +231,7 @@ func (r *ClientRing) write(t uint64, p []byte) uint64 {
 	}
 	r.header(idx, uint32(len(p)), RecItem)
 	copy(r.mem[RingHeader+idx+recHeader:RingHeader+idx+recHeader+uint64(len(p))], p)
-	return (tp+adv)&ringPosMask | ((tn+1)&ringCountMax)<<ringPosBits
+	return join(tp+adv, tn+1)
 }
 
 // Put appends p as one item. It waits for room at most d (0: not at all),
@@ -298,7 +298,7 @@ func (r *ClientRing) peek(h uint64) (p []byte, next uint64, res Result) {
 		return nil, 0, Daemon
 	}
 	start := RingHeader + idx + recHeader
-	return r.mem[start : start+uint64(n)], (hp+adv)&ringPosMask | ((hn+1)&ringCountMax)<<ringPosBits, OK
+	return r.mem[start : start+uint64(n)], join(hp+adv, hn+1), OK
 }
 
 func (r *ClientRing) readHeader(idx uint64) (uint32, uint32) {
