@@ -164,9 +164,9 @@ class Connection:
         if len(buffers) == 1:
             self.sock.sendall(buffers[0])
         elif isinstance(self.sock, TLSStream):
-            # An SSL socket has no sendmsg: each sendall is a TLS record of
-            # its own and a write(2) of its own, which the daemon may read as
-            # a wake-up of its own. A request of small pieces (every batch)
+            # A TLS stream has no sendmsg: each sendall is records of its
+            # own and a write(2) of its own, which the daemon may read as a
+            # wake-up of its own. A request of small pieces (every batch)
             # goes as one record; a large item's pieces stay as they are,
             # its copy costing more than the records it saves.
             if sum(len(b) if isinstance(b, bytes) else memoryview(b).nbytes for b in buffers) <= _SSL_JOIN_MAX:

@@ -134,7 +134,7 @@ class TLSStream:
             return
         if type(data) is bytes and len(data) <= _WRITE_CHUNK:  # a request: its records, one call
             self._ssl.write(data)
-            self._sock.sendall(self._out.read())
+            self._flush()
             return
         view = memoryview(data).cast("B")
         for start in range(0, len(view), _WRITE_CHUNK):
